@@ -1,0 +1,334 @@
+"""The ``gpu-compat`` command line.
+
+Exit codes: 0 yes/ok/found, 1 no/not found/not recognised, 2 usage or data error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from compat.model import CompatError
+
+OK, NO, USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="gpu-compat",
+        description="Which driver, CUDA and PyTorch build run on these GPUs, and why.",
+        epilog="Exit codes: 0 yes/ok, 1 no/not found, 2 usage or data error.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_)
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        return sp
+
+    lk = add("lookup", "find GPUs by name, PCI ID (10de:1023) or capability (sm_35, 3.5)")
+    lk.add_argument("query")
+
+    def host_args(sp: argparse.ArgumentParser, gpu_required: bool = True) -> None:
+        sp.add_argument(
+            "--gpu",
+            action="append",
+            required=gpu_required,
+            default=[],
+            metavar="G",
+            help="a GPU of the host (repeat for each GPU)",
+        )
+        sp.add_argument("--driver", metavar="VERSION", help="installed driver, e.g. 535.183.01")
+        sp.add_argument("--python", metavar="X.Y", help="Python version of the environment")
+        sp.add_argument("--channel", choices=("pip", "conda"), default="pip")
+
+    ck = add("check", "will this torch build run on these GPUs?")
+    host_args(ck)
+    ck.add_argument(
+        "--torch", metavar="VERSION[+VARIANT]", help="torch release, e.g. 2.5.1 or 1.7.1+cu101"
+    )
+    ck.add_argument(
+        "--installed",
+        metavar="PATH",
+        help="measure the arch list of an installed torch, wheel or .so instead",
+    )
+
+    rs = add("resolve", "the newest stack that runs on every GPU of a host")
+    host_args(rs)
+
+    ex = add("explain", "cause and fix of an error message")
+    ex.add_argument("text", nargs="+", help="the error message (quote it)")
+    ex.add_argument("--gpu", action="append", default=[], metavar="G")
+    ex.add_argument("--driver", metavar="VERSION")
+
+    mx = add("matrix", "the support table")
+    mx.add_argument("--gpu", metavar="G", help="every release that runs on this GPU")
+    mx.add_argument("--markdown", action="store_true", help="Markdown table (for the README)")
+    mx.add_argument("--channel", choices=("pip", "conda"), default="pip")
+
+    ins = add("inspect", "measure the CUDA arch list inside a torch wheel, install or .so")
+    ins.add_argument("path")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except CompatError as exc:
+        print(f"gpu-compat: error: {exc}", file=sys.stderr)
+        return USAGE
+    except BrokenPipeError:  # pragma: no cover - e.g. `gpu-compat matrix | head`
+        return OK
+
+
+def _emit(args: argparse.Namespace, data: Any, human: list[str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=False))
+    else:
+        print("\n".join(human))
+
+
+def _matrix() -> Any:
+    from compat.data import load
+
+    return load()
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _cmd_lookup(args: argparse.Namespace) -> int:
+    from compat import resolver
+
+    m = _matrix()
+    gpus = resolver.lookup(m, args.query)
+    rows = [g.to_dict(m.architecture_of(g)) for g in gpus]
+    if not rows:
+        hint = resolver.suggestions(m, args.query)
+        msg = f"no GPU matches {args.query!r}"
+        if hint:
+            msg += f"; did you mean {', '.join(repr(h) for h in hint)}?"
+        if args.json:
+            print(json.dumps({"query": args.query, "gpus": [], "suggestions": hint}))
+        else:
+            print(msg)
+        return NO
+    table = _table(
+        ["GPU", "CC", "Architecture", "PCI IDs", "Driver branches", "Memory"],
+        [
+            [
+                r["name"],
+                r["compute_capability"],
+                m.architectures[r["architecture"]].display,
+                ", ".join(r["pci_ids"]),
+                f"{r['min_driver_branch']}-{r['last_driver_branch']}"
+                if r["last_driver_branch"]
+                else f"{r['min_driver_branch']}+",
+                f"{r['memory_gib']:g} GiB" if r["memory_gib"] else "",
+            ]
+            for r in rows
+        ],
+    )
+    _emit(args, {"query": args.query, "gpus": rows}, table)
+    return OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from compat import resolver
+
+    m = _matrix()
+    if args.installed:
+        from compat.inspect_torch import inspect_path
+
+        measured = inspect_path(args.installed)
+        verdict = resolver.check_measured(
+            m, args.gpu, measured.to_dict(), driver=args.driver, python=args.python
+        )
+    elif args.torch:
+        verdict = resolver.check(
+            m, args.gpu, args.torch, driver=args.driver, python=args.python, channel=args.channel
+        )
+    else:
+        raise CompatError("check needs --torch VERSION[+VARIANT] or --installed PATH")
+    name = f"torch {verdict['torch']}" + (f"+{verdict['variant']}" if verdict["variant"] else "")
+    head = "YES" if verdict["compatible"] else "NO"
+    human = [
+        f"{head}: {name} {'runs' if verdict['compatible'] else 'does not run'} on "
+        + ", ".join(g["name"] for g in verdict["gpus"])
+    ]
+    human += [f"  - {r}" for r in verdict["reasons"]]
+    _emit(args, verdict, human)
+    return OK if verdict["compatible"] else NO
+
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    from compat import resolver
+
+    plan = resolver.resolve(
+        _matrix(), args.gpu, driver=args.driver, python=args.python, channel=args.channel
+    )
+    _emit(args, plan, format_plan(plan))
+    return OK if plan["ok"] else NO
+
+
+def format_plan(plan: dict[str, Any]) -> list[str]:
+    gpus = ", ".join(
+        f"{g['name']} (sm_{g['compute_capability'].replace('.', '')})" for g in plan["gpus"]
+    )
+    out = [f"GPUs:       {gpus or 'none (CPU host)'}"]
+    if not plan["ok"]:
+        out.append("Plan:       no official build runs on this host")
+    else:
+        drv = plan["driver"]
+        out += [
+            f"PyTorch:    torch {plan['torch']}+{plan['variant']}"
+            + (f" (CUDA {plan['cuda']})" if plan["cuda"] else " (CPU)")
+            + f", torchvision {plan['torchvision'] or '-'}, torchaudio {plan['torchaudio'] or '-'}",
+            f"Python:     {', '.join(plan['python'])}",
+        ]
+        if plan["cuda"]:
+            branch = drv["branch"]
+            line = f"Driver:     >= {drv['min_version']}"
+            if drv["given"]:
+                line += f" (given {drv['given']}: {drv['compatibility']})"
+            elif branch:
+                line += f"; branch {branch} (newest that drives every GPU and runs this CUDA)"
+            out.append(line)
+        out.append(f"Install:    {plan['install']['pip']}")
+        if plan["install"].get("conda"):
+            out.append(f"Conda:      {plan['install']['conda']}")
+        if plan.get("container"):
+            out.append(
+                f"Container:  {plan['container']['image']} (torch {plan['container']['torch']})"
+            )
+    out.append("Why:")
+    out += [f"  - {r}" for r in plan["reasons"]]
+    if plan.get("notes"):
+        out.append("Notes:")
+        out += [f"  - {n}" for n in plan["notes"]]
+    return out
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from compat import resolver
+
+    text = " ".join(args.text)
+    ans = resolver.explain(_matrix(), text, args.gpu, driver=args.driver)
+    ans.pop("plan", None) if not args.json else None
+    if not ans["recognised"]:
+        human = ["Not a known error message. Known: run `gpu-compat explain --help`."]
+    else:
+        human = [f"{ans['title']} [{ans['id']}]", f"Cause: {ans['cause']}"]
+        if ans["matrix"]:
+            human.append("From the matrix:")
+            human += [f"  - {x}" for x in ans["matrix"]]
+        if ans["checks"]:
+            human.append("Check:")
+            human += [f"  - {x}" for x in ans["checks"]]
+        if ans["fixes"]:
+            human.append("Fix:")
+            human += [f"  - {x}" for x in ans["fixes"]]
+    _emit(args, ans, human)
+    return OK if ans["recognised"] else NO
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    from compat import resolver
+
+    m = _matrix()
+    if args.gpu:
+        t = resolver.target(m, args.gpu)
+        found = resolver.releases_for(m, t, args.channel)
+        data: Any = {
+            "gpu": t.to_dict(),
+            "channel": args.channel,
+            "releases": [
+                {"torch": r.version, "python": list(r.python), "variants": [v.name for v in vs]}
+                for r, vs in found
+            ],
+        }
+        header = ["torch", "variants", "Python"]
+        rows = [
+            [d["torch"], " ".join(d["variants"]), " ".join(d["python"])]
+            for d in reversed(data["releases"])
+        ]
+    else:
+        data = resolver.support_rows(m)
+        header = [
+            "CC",
+            "Architecture",
+            "GPUs (examples)",
+            "Driver branches",
+            "Newest CUDA",
+            "Newest torch (pip)",
+            "Newest torch (conda)",
+        ]
+        rows = [
+            [
+                d["compute_capability"],
+                d["architecture"],
+                ", ".join(d["gpus"]),
+                d["driver_branches"],
+                d["newest_cuda"] or "-",
+                d["pip"],
+                d["conda"],
+            ]
+            for d in data
+        ]
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for r in rows:
+            print("| " + " | ".join(str(c) for c in r) + " |")
+    else:
+        print("\n".join(_table(header, rows)))
+    return OK
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from compat.inspect_torch import InspectError, inspect_path
+
+    try:
+        result = inspect_path(args.path)
+    except InspectError as exc:
+        raise CompatError(str(exc)) from exc
+    d = result.to_dict()
+    human = [f"torch {d.get('torch_version') or '?'} ({d.get('cuda') or 'no CUDA'})"]
+    if d["cpu_only"]:
+        human.append("CPU-only build: no CUDA kernels")
+    else:
+        human.append("SASS: " + " ".join(d["sass"]))
+        human.append("PTX:  " + (" ".join(d["ptx"]) or "-"))
+        for arch, where in sorted(d.get("extras", {}).items()):
+            human.append(f"extra {arch}: {', '.join(where)} (vendor code, not coverage)")
+    _emit(args, d, human)
+    return OK
+
+
+_COMMANDS = {
+    "lookup": _cmd_lookup,
+    "check": _cmd_check,
+    "resolve": _cmd_resolve,
+    "explain": _cmd_explain,
+    "matrix": _cmd_matrix,
+    "inspect": _cmd_inspect,
+}
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*(str(c) for c in r)).rstrip() for r in rows]
+    return lines

@@ -1,0 +1,292 @@
+"""Loading, validating and caching the matrix data in ``compat/data/*.yaml``.
+
+The YAML files are the single source of truth. Parsing and validating them costs tens of
+milliseconds, so the validated result is kept as compiled JSON in the user's cache
+directory, keyed by the name, size and modification time of every YAML file; any edit makes
+a new key. Only data that passed validation is ever written to the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+from compat.model import (
+    GPU,
+    Architecture,
+    CompatDataError,
+    Container,
+    DriverBranch,
+    KnownError,
+    Release,
+    Toolkit,
+    VersionKey,
+    cc_key,
+    cmp_key,
+)
+
+CACHE_FORMAT = 3
+DATA_DIR = Path(__file__).with_name("data")
+
+# Table name -> (top-level key, required fields, file glob).
+_TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "architectures": (
+        "architectures",
+        ("name", "compute_capabilities", "min_driver_branch", "source"),
+        "architectures.yaml",
+    ),
+    "gpus": (
+        "gpus",
+        ("name", "pci_ids", "compute_capability", "architecture", "source"),
+        "gpus.yaml",
+    ),
+    "branches": ("branches", ("branch", "max_cuda", "source"), "drivers.yaml"),
+    "debian": ("debian", ("release", "branch", "packages", "source"), "drivers.yaml"),
+    "toolkits": (
+        "toolkits",
+        ("version", "min_driver", "min_compute_capability", "max_compute_capability", "source"),
+        "cuda.yaml",
+    ),
+    "releases": ("releases", ("version", "python", "variants", "source"), "torch_*.yaml"),
+    "containers": (
+        "containers",
+        ("tag", "image", "torch", "cuda", "min_driver", "source"),
+        "ngc.yaml",
+    ),
+    "errors": ("errors", ("id", "patterns", "source"), "errors.yaml"),
+    "floors": ("floors", ("gpu", "source"), "perf.yaml"),
+}
+_OPTIONAL_TABLES = {"debian", "containers", "floors"}
+_VARIANT_FIELDS = ("name", "channels", "source")
+
+
+def data_dir() -> Path:
+    override = os.environ.get("GPU_COMPAT_DATA")
+    return Path(override) if override else DATA_DIR
+
+
+def _yaml_files(root: Path) -> list[Path]:
+    try:
+        return sorted(p for p in root.iterdir() if p.suffix == ".yaml")
+    except OSError as exc:
+        raise CompatDataError(f"cannot read the matrix data directory {root}: {exc}") from exc
+
+
+def _cache_path(files: list[Path]) -> Path | None:
+    if os.environ.get("GPU_COMPAT_NO_CACHE"):
+        return None
+    stamp = [str(CACHE_FORMAT)]
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            return None
+        stamp.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+    key = zlib.crc32("\n".join(stamp).encode()) & 0xFFFFFFFF
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpuprov" / f"matrix-{key:08x}.json"
+
+
+def load_raw(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Return the validated tables as plain dicts, from the cache when it is fresh."""
+    root = root or data_dir()
+    files = _yaml_files(root)
+    cache = _cache_path(files)
+    if cache is not None:
+        try:
+            cached: dict[str, Any] = json.loads(cache.read_bytes())
+            if cached.get("format") == CACHE_FORMAT:
+                tables: dict[str, list[dict[str, Any]]] = cached["tables"]
+                return tables
+        except (OSError, ValueError, KeyError):
+            pass
+    tables = compile_tables(files)
+    if cache is not None:
+        _write_cache(cache, tables)
+    return tables
+
+
+def _write_cache(cache: Path, tables: dict[str, list[dict[str, Any]]]) -> None:
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "tables": tables}))
+        tmp.replace(cache)
+    except OSError:
+        pass  # a read-only home only costs speed
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - safe loader
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompatDataError(f"cannot read matrix file {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise CompatDataError(f"matrix file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CompatDataError(f"matrix file {path} must hold a mapping at the top level")
+    return doc
+
+
+def compile_tables(files: list[Path]) -> dict[str, list[dict[str, Any]]]:
+    """Parse and validate every table; raise :class:`CompatDataError` naming the bad row."""
+    docs = {f.name: _read_yaml(f) for f in files}
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for table, (key, required, pattern) in _TABLES.items():
+        rows: list[dict[str, Any]] = []
+        found = False
+        for fname, doc in docs.items():
+            if not Path(fname).match(pattern) or key not in doc:
+                continue
+            found = True
+            value = doc[key]
+            if not isinstance(value, list):
+                raise CompatDataError(f"{fname}: '{key}' must be a list")
+            for i, row in enumerate(value):
+                where = f"{fname}: {key}[{i}]"
+                _require(row, required, where)
+                rows.append(row)
+        if not found and table not in _OPTIONAL_TABLES:
+            raise CompatDataError(f"matrix data has no '{key}' table (expected in {pattern})")
+        tables[table] = rows
+    tables["releases"].sort(key=lambda r: version_of(str(r["version"]), "torch version"))
+    _validate(tables)
+    return tables
+
+
+def _require(row: object, required: tuple[str, ...], where: str) -> None:
+    if not isinstance(row, dict):
+        raise CompatDataError(f"{where}: expected a mapping, got {type(row).__name__}")
+    missing = [k for k in required if row.get(k) in (None, "")]
+    if missing:
+        name = row.get("name") or row.get("version") or row.get("id") or ""
+        raise CompatDataError(f"{where} {name}: missing required field(s) {', '.join(missing)}")
+
+
+def version_of(text: str, what: str) -> VersionKey:
+    """Validate a data version with ``packaging`` and return its numeric key."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(text)
+    except InvalidVersion as exc:
+        raise CompatDataError(f"invalid {what} {text!r} in the matrix data") from exc
+    if v.pre or v.post or v.dev or v.local or v.epoch:
+        raise CompatDataError(f"{what} {text!r} in the matrix data must be a plain release")
+    return tuple(int(p) for p in text.split("."))
+
+
+def _validate(tables: dict[str, list[dict[str, Any]]]) -> None:
+    for row in tables["toolkits"]:
+        for field in ("version", "min_driver", "minor_compat_driver"):
+            if row.get(field) is not None:
+                version_of(str(row[field]), f"CUDA {field}")
+    for row in tables["branches"]:
+        version_of(str(row["max_cuda"]), "branch max_cuda")
+    for row in tables["gpus"]:
+        cc_key(str(row["compute_capability"]))
+    for rel in tables["releases"]:
+        where = f"torch {rel['version']}"
+        if not isinstance(rel["variants"], list) or not rel["variants"]:
+            raise CompatDataError(f"{where}: 'variants' must be a non-empty list")
+        for v in rel["variants"]:
+            _require(v, _VARIANT_FIELDS, f"{where} variant")
+            if v.get("cuda") is not None:
+                version_of(str(v["cuda"]), f"{where} {v['name']} CUDA version")
+            for entry in list(v.get("sass") or []) + list((v.get("conda") or {}).get("sass", [])):
+                if not str(entry).startswith("sm_"):
+                    raise CompatDataError(f"{where} {v['name']}: SASS entry {entry!r} is not sm_XY")
+            for entry in list(v.get("ptx") or []) + list((v.get("conda") or {}).get("ptx", [])):
+                if not str(entry).startswith("compute_"):
+                    raise CompatDataError(
+                        f"{where} {v['name']}: PTX entry {entry!r} is not compute_XY"
+                    )
+
+
+class Matrix:
+    """The whole matrix, indexed for the queries in :mod:`compat.resolver`."""
+
+    def __init__(self, tables: dict[str, list[dict[str, Any]]]) -> None:
+        self.architectures: dict[str, Architecture] = {
+            r["name"]: Architecture(r) for r in tables["architectures"]
+        }
+        self.gpus: tuple[GPU, ...] = tuple(GPU(r) for r in tables["gpus"])
+        self.branches: tuple[DriverBranch, ...] = tuple(
+            sorted((DriverBranch(r) for r in tables["branches"]), key=lambda b: b.branch)
+        )
+        self.debian: tuple[dict[str, Any], ...] = tuple(tables.get("debian", ()))
+        self.toolkits: tuple[Toolkit, ...] = tuple(
+            sorted((Toolkit(r) for r in tables["toolkits"]), key=lambda t: cmp_key(t.version))
+        )
+        self.releases: tuple[Release, ...] = tuple(Release(r) for r in tables["releases"])
+        self.containers: tuple[Container, ...] = tuple(
+            Container(r) for r in tables.get("containers", ())
+        )
+        self.errors: tuple[KnownError, ...] = tuple(KnownError(r) for r in tables["errors"])
+        self.floors: tuple[dict[str, Any], ...] = tuple(tables.get("floors", ()))
+        self._pci: dict[str, GPU] = {}
+        for g in self.gpus:
+            for pci in g.pci_ids:
+                self._pci.setdefault(pci, g)
+
+    def gpu_by_pci(self, pci_id: str) -> GPU | None:
+        """The GPU with PCI ID ``10de:xxxx`` (also ``0x1023``, ``1023``), or None."""
+        dev = pci_id.lower().strip()
+        if ":" in dev:
+            vendor, _, dev = dev.partition(":")
+            if vendor.removeprefix("0x") != "10de":
+                return None
+        dev = dev.removeprefix("0x")
+        return self._pci.get(f"10de:{dev.zfill(4)}")
+
+    def architecture_of(self, gpu: GPU) -> Architecture:
+        try:
+            return self.architectures[gpu.architecture]
+        except KeyError:
+            raise CompatDataError(
+                f"GPU {gpu.name!r} names unknown architecture {gpu.architecture!r}"
+            ) from None
+
+    def architecture_for_cc(self, cc: tuple[int, int]) -> Architecture | None:
+        for arch in self.architectures.values():
+            if cc in arch.compute_capabilities:
+                return arch
+        return None
+
+    def toolkit(self, cuda: VersionKey) -> Toolkit | None:
+        want = cmp_key(cuda[:2])
+        for t in self.toolkits:
+            if cmp_key(t.version[:2]) == want:
+                return t
+        return None
+
+    def release(self, version: str) -> Release | None:
+        for r in self.releases:
+            if r.version == version:
+                return r
+        return None
+
+    def branch(self, number: int) -> DriverBranch | None:
+        for b in self.branches:
+            if b.branch == number:
+                return b
+        return None
+
+
+_MATRIX: Matrix | None = None
+
+
+def load(root: Path | None = None) -> Matrix:
+    """The matrix (loaded once per process unless ``root`` is given)."""
+    global _MATRIX
+    if root is not None:
+        return Matrix(load_raw(root))
+    if _MATRIX is None:
+        _MATRIX = Matrix(load_raw())
+    return _MATRIX

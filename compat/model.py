@@ -1,0 +1,273 @@
+"""Typed, immutable records of the compatibility matrix.
+
+Plain ``__slots__`` classes rather than dataclasses: ``dataclasses`` imports ``inspect``,
+which alone costs a quarter of the CLI's start-up budget (see ``scripts/bench_cli.py``).
+
+Versions are held as tuples of ints (``VersionKey``) produced by :func:`version_key`, which
+accepts only plain numeric versions and is checked against ``packaging.version.Version``
+when the data is compiled (``compat.data``). Nothing compares versions as strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VersionKey = tuple[int, ...]
+CC = tuple[int, int]
+
+
+class CompatError(ValueError):
+    """Bad input from a user: the message names the bad value and what is allowed."""
+
+
+class CompatDataError(CompatError):
+    """The matrix data is malformed or unreadable."""
+
+
+def version_key(text: str, what: str = "version") -> VersionKey:
+    """Parse a plain numeric version such as ``"470.223.02"`` or ``"11.8"``.
+
+    >>> version_key("520.61.05")
+    (520, 61, 5)
+    """
+    parts = text.strip().split(".")
+    if not text.strip() or not all(p.isdigit() for p in parts):
+        raise CompatError(
+            f"malformed {what} {text!r}: expected dotted numbers such as 535.183.01 or 12.6"
+        )
+    return tuple(int(p) for p in parts)
+
+
+def cmp_key(key: VersionKey, width: int = 4) -> VersionKey:
+    """Pad a version key so that (11, 8) and (11, 8, 0) compare equal."""
+    return key + (0,) * (width - len(key)) if len(key) < width else key
+
+
+def cc_key(text: str) -> CC:
+    """Parse a compute capability ``"8.6"`` into ``(8, 6)``."""
+    major, _, minor = text.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise CompatError(f"malformed compute capability {text!r}: expected X.Y such as 8.6")
+    return int(major), int(minor)
+
+
+def cc_str(cc: CC) -> str:
+    return f"{cc[0]}.{cc[1]}"
+
+
+class Architecture:
+    __slots__ = (
+        "compute_capabilities",
+        "display",
+        "last_driver_branch",
+        "min_driver_branch",
+        "name",
+        "open_kernel_modules",
+        "source",
+    )
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.name: str = row["name"]
+        self.display: str = row.get("display") or row["name"].title()
+        self.compute_capabilities: tuple[CC, ...] = tuple(
+            cc_key(c) for c in row["compute_capabilities"]
+        )
+        self.min_driver_branch: int = int(row["min_driver_branch"])
+        last = row.get("last_driver_branch")
+        self.last_driver_branch: int | None = None if last is None else int(last)
+        self.open_kernel_modules: bool = bool(row.get("open_kernel_modules", False))
+        self.source: str = row["source"]
+
+    def drives(self, branch: int) -> bool:
+        """Whether driver branch ``branch`` drives this architecture."""
+        if branch < self.min_driver_branch:
+            return False
+        return self.last_driver_branch is None or branch <= self.last_driver_branch
+
+
+class GPU:
+    __slots__ = (
+        "aliases",
+        "architecture",
+        "compute_capability",
+        "confidence",
+        "memory_gib",
+        "min_driver_branch",
+        "name",
+        "pci_ids",
+        "segment",
+        "source",
+    )
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.name: str = row["name"]
+        self.aliases: tuple[str, ...] = tuple(row.get("aliases") or ())
+        self.pci_ids: tuple[str, ...] = tuple(p.lower() for p in row.get("pci_ids") or ())
+        self.compute_capability: CC = cc_key(row["compute_capability"])
+        self.architecture: str = row["architecture"]
+        mem = row.get("memory_gib")
+        self.memory_gib: float | None = None if mem is None else float(mem)
+        self.segment: str = row.get("segment") or "datacenter"
+        mdb = row.get("min_driver_branch")
+        self.min_driver_branch: int | None = None if mdb is None else int(mdb)
+        self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def to_dict(self, arch: Architecture | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "aliases": list(self.aliases),
+            "pci_ids": list(self.pci_ids),
+            "compute_capability": cc_str(self.compute_capability),
+            "sm": self.sm,
+            "architecture": self.architecture,
+            "memory_gib": self.memory_gib,
+            "segment": self.segment,
+            "source": self.source,
+            "confidence": self.confidence,
+        }
+        if arch is not None:
+            out["min_driver_branch"] = self.min_driver_branch or arch.min_driver_branch
+            out["last_driver_branch"] = arch.last_driver_branch
+        return out
+
+
+class DriverBranch:
+    __slots__ = ("branch", "kind", "max_cuda", "released", "source")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.branch: int = int(row["branch"])
+        self.max_cuda: VersionKey = version_key(str(row["max_cuda"]), "CUDA version")
+        self.kind: str = row.get("kind") or "production"
+        self.released: str = str(row.get("released") or "")
+        self.source: str = row["source"]
+
+
+class Toolkit:
+    __slots__ = (
+        "max_cc",
+        "min_cc",
+        "min_driver",
+        "min_driver_text",
+        "minor_compat_driver",
+        "minor_compat_text",
+        "source",
+        "version",
+        "version_text",
+    )
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.version_text: str = str(row["version"])
+        self.version: VersionKey = version_key(self.version_text, "CUDA version")
+        self.min_driver_text: str = str(row["min_driver"])
+        self.min_driver: VersionKey = version_key(self.min_driver_text, "driver version")
+        mc = row.get("minor_compat_driver")
+        self.minor_compat_text: str | None = None if mc is None else str(mc)
+        self.minor_compat_driver: VersionKey | None = (
+            None if mc is None else version_key(str(mc), "driver version")
+        )
+        self.min_cc: CC = cc_key(str(row["min_compute_capability"]))
+        self.max_cc: CC = cc_key(str(row["max_compute_capability"]))
+        self.source: str = row["source"]
+
+
+class Variant:
+    __slots__ = (
+        "channels",
+        "conda_ptx",
+        "conda_sass",
+        "confidence",
+        "cuda",
+        "cuda_text",
+        "name",
+        "ptx",
+        "sass",
+        "source",
+    )
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.name: str = row["name"]
+        cuda = row.get("cuda")
+        self.cuda_text: str | None = None if cuda is None else str(cuda)
+        self.cuda: VersionKey | None = None if cuda is None else version_key(str(cuda), "CUDA")
+        self.channels: tuple[str, ...] = tuple(row.get("channels") or ("pip",))
+        self.sass: tuple[str, ...] = tuple(row.get("sass") or ())
+        self.ptx: tuple[str, ...] = tuple(row.get("ptx") or ())
+        conda = row.get("conda") or {}
+        self.conda_sass: tuple[str, ...] = tuple(conda.get("sass", self.sass))
+        self.conda_ptx: tuple[str, ...] = tuple(conda.get("ptx", self.ptx))
+        self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
+
+    def archs(self, channel: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(SASS, PTX) entries of this variant's build for ``channel`` (pip or conda)."""
+        if channel == "conda":
+            return self.conda_sass, self.conda_ptx
+        return self.sass, self.ptx
+
+
+class Release:
+    __slots__ = (
+        "conda_style",
+        "key",
+        "pip_style",
+        "pypi_default",
+        "python",
+        "released",
+        "source",
+        "torchaudio",
+        "torchvision",
+        "variants",
+        "version",
+    )
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.version: str = str(row["version"])
+        self.key: VersionKey = version_key(self.version, "torch version")
+        self.released: str = str(row.get("released") or "")
+        self.python: tuple[str, ...] = tuple(str(p) for p in row.get("python") or ())
+        tv, ta = row.get("torchvision"), row.get("torchaudio")
+        self.torchvision: str | None = None if tv is None else str(tv)
+        self.torchaudio: str | None = None if ta is None else str(ta)
+        self.pypi_default: str | None = row.get("pypi_default")
+        self.pip_style: str = row.get("pip_style") or "index"
+        self.conda_style: str | None = row.get("conda_style")
+        self.source: str = row["source"]
+        self.variants: tuple[Variant, ...] = tuple(Variant(v) for v in row.get("variants") or ())
+
+    def variant(self, name: str) -> Variant | None:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        return None
+
+
+class Container:
+    __slots__ = ("cuda", "image", "min_cc", "min_driver", "source", "tag", "torch")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.tag: str = str(row["tag"])
+        self.image: str = row["image"]
+        self.torch: str = str(row["torch"])
+        self.cuda: str = str(row["cuda"])
+        self.min_driver: str = str(row["min_driver"])
+        self.min_cc: CC = cc_key(str(row["min_compute_capability"]))
+        self.source: str = row["source"]
+
+
+class KnownError:
+    __slots__ = ("causes", "checks", "fixes", "id", "patterns", "source", "title")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.id: str = row["id"]
+        self.patterns: tuple[str, ...] = tuple(row["patterns"])
+        self.title: str = row.get("title") or row["id"]
+        cause = row.get("cause") or ""
+        self.causes: str = cause
+        self.checks: tuple[str, ...] = tuple(row.get("checks") or ())
+        self.fixes: tuple[str, ...] = tuple(row.get("fixes") or ())
+        self.source: str = row["source"]

@@ -1,0 +1,95 @@
+"""The compatibility rules: pure functions over matrix records, no I/O.
+
+- A SASS entry ``sm_XY`` runs on compute capability X.Z when the major matches and Z >= Y.
+  ``sm_XYa`` (arch-specific) runs only on exactly X.Y; ``sm_XYf`` (family-specific) on the
+  same major at minor >= Y.
+- A PTX entry ``compute_XY`` is JIT-compiled by the driver for any capability >= X.Y (slower
+  first launch), but not under CUDA minor-version compatibility, where the driver's JIT is
+  older than the PTX.
+- The driver must be at least the CUDA toolkit's driver, or at least the minor-version
+  compatibility minimum of that CUDA major (CUDA 11 and later), which counts as compatible
+  with a note.
+- The driver branch must still drive every GPU in the host.
+"""
+
+from __future__ import annotations
+
+from compat.model import CC, GPU, Architecture, Toolkit, VersionKey, cc_str, cmp_key
+
+FULL = "full"
+MINOR = "minor-version-compatibility"
+
+
+def parse_arch(entry: str) -> tuple[str, CC, str]:
+    """Split ``sm_90a`` into ``("sm", (9, 0), "a")``; ``compute_75`` into ``("compute", ...)``.
+
+    Two-digit numbers are X.Y (``sm_86`` = 8.6); three digits are XX.Y (``sm_100`` = 10.0).
+    Suffixes: ``a`` (arch-specific) and ``f`` (family-specific).
+    """
+    kind, _, rest = entry.strip().partition("_")
+    suffix = rest[-1:] if rest[-1:] in ("a", "f") else ""
+    digits = rest[: len(rest) - len(suffix)]
+    if kind not in ("sm", "compute") or not digits.isdigit() or len(digits) < 2:
+        raise ValueError(f"not a CUDA arch entry: {entry!r} (expected sm_XY or compute_XY)")
+    return kind, (int(digits[:-1]), int(digits[-1])), suffix
+
+
+def sass_runs_on(entry: str, cc: CC) -> bool:
+    """Whether the SASS (cubin) entry ``sm_XY[a|f]`` runs on a GPU of capability ``cc``."""
+    kind, (major, minor), suffix = parse_arch(entry)
+    if kind != "sm":
+        raise ValueError(f"not a SASS entry: {entry!r}")
+    if suffix == "a":
+        return cc == (major, minor)
+    return cc[0] == major and cc[1] >= minor
+
+
+def ptx_runs_on(entry: str, cc: CC) -> bool:
+    """Whether the PTX entry ``compute_XY[a|f]`` can be JIT-compiled for capability ``cc``."""
+    kind, (major, minor), suffix = parse_arch(entry)
+    if kind != "compute":
+        raise ValueError(f"not a PTX entry: {entry!r}")
+    if suffix == "a":
+        return cc == (major, minor)
+    if suffix == "f":
+        return cc[0] == major and cc[1] >= minor
+    return cc >= (major, minor)
+
+
+def coverage(sass: tuple[str, ...], ptx: tuple[str, ...], cc: CC) -> tuple[str, str] | None:
+    """How a build with these entries runs on ``cc``: ``("sass", entry)``, ``("ptx", entry)``
+    or None when it carries no kernel image for it. SASS wins over PTX; the best SASS is the
+    one closest to the GPU's capability."""
+    runs = [e for e in sass if sass_runs_on(e, cc)]
+    if runs:
+        return "sass", max(runs, key=lambda e: parse_arch(e)[1])
+    jit = [e for e in ptx if ptx_runs_on(e, cc)]
+    if jit:
+        return "ptx", max(jit, key=lambda e: parse_arch(e)[1])
+    return None
+
+
+def driver_compat(driver: VersionKey, toolkit: Toolkit) -> str | None:
+    """``FULL``, ``MINOR`` or None: whether a driver runs this CUDA toolkit's runtime."""
+    if cmp_key(driver) >= cmp_key(toolkit.min_driver):
+        return FULL
+    mc = toolkit.minor_compat_driver
+    if mc is not None and toolkit.version[0] >= 11 and cmp_key(driver) >= cmp_key(mc):
+        return MINOR
+    return None
+
+
+def branch_drives(branch: int, gpu: GPU, arch: Architecture) -> bool:
+    """Whether driver branch ``branch`` drives ``gpu`` (its architecture's range, or the
+    GPU's own later first branch)."""
+    if gpu.min_driver_branch is not None and branch < gpu.min_driver_branch:
+        return False
+    return arch.drives(branch)
+
+
+def toolkit_supports(toolkit: Toolkit, cc: CC) -> bool:
+    return toolkit.min_cc <= cc <= toolkit.max_cc
+
+
+def describe_cc(cc: CC) -> str:
+    return f"sm_{cc[0]}{cc[1]} ({cc_str(cc)})"

@@ -1,0 +1,167 @@
+"""Ansible filters over gpuprov's compatibility matrix (the same library as ``gpu-compat``)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: gpu_compat_resolve
+short_description: Resolve the newest driver/CUDA/PyTorch stack for a host's GPUs
+description:
+  - Filters over gpuprov's compatibility matrix in C(compat/data), the same data and code as
+    the C(gpu-compat) CLI. C(gpu_compat_resolve) returns the plan of C(gpu-compat resolve --json)
+    plus C(ok); C(gpu_compat_check) the verdict of C(gpu-compat check --json);
+    C(gpu_compat_gpu) one GPU record (empty dict when unknown); C(gpu_compat_branch_check)
+    whether a driver branch drives every GPU of a host.
+positional: gpus
+options:
+  gpus:
+    description: GPU queries (names, PCI IDs such as C(10de:1023), C(sm_35)) or gpu_info dicts.
+    type: list
+    elements: raw
+    required: true
+  driver:
+    description: Installed driver version, for example C(535.183.01).
+    type: str
+  python:
+    description: Python version of the target environment (C(3.11)).
+    type: str
+  channel:
+    description: C(pip) or C(conda).
+    type: str
+    default: pip
+"""
+
+EXAMPLES = r"""
+- name: Resolve the stack of this host
+  ansible.builtin.set_fact:
+    gpuprov_plan: "{{ gpu_info.gpus | gpu_compat_resolve(python='3.11') }}"
+
+- name: Refuse a branch that drops a GPU
+  ansible.builtin.assert:
+    that: (nvidia_driver_branch | gpu_compat_branch_check(gpu_info.gpus)).ok
+"""
+
+RETURN = r"""
+_value:
+  description: A dict; see C(gpu-compat resolve --json) and C(gpu-compat check --json).
+  type: dict
+"""
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    import compat
+    from compat import resolver
+    from compat.model import CompatError
+except ImportError as _exc:  # pragma: no cover - only without `pip install -e .`
+    _IMPORT_ERROR: ImportError | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+
+def _matrix() -> Any:
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(
+            "the gpuprov compat package is not importable on the controller "
+            f"({_IMPORT_ERROR}); run `pip install -e .` in the venv that runs ansible"
+        )
+    return compat.load()
+
+
+def _queries(gpus: Any) -> list[Any]:
+    if gpus is None:
+        return []
+    if isinstance(gpus, (str, dict)):
+        gpus = [gpus]
+    out: list[Any] = []
+    for g in gpus:
+        if isinstance(g, dict):
+            pci = g.get("pci_id")
+            name = g.get("name")
+            out.append(pci if pci else name)
+        else:
+            out.append(str(g))
+    return out
+
+
+def gpu_compat_resolve(
+    gpus: Any, driver: str | None = None, python: str | None = None, channel: str = "pip"
+) -> dict[str, Any]:
+    try:
+        return resolver.resolve(
+            _matrix(), _queries(gpus), driver=driver or None, python=python or None, channel=channel
+        )
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_compat_resolve: {exc}") from exc
+
+
+def gpu_compat_check(
+    gpus: Any,
+    torch: str,
+    driver: str | None = None,
+    python: str | None = None,
+    channel: str = "pip",
+) -> dict[str, Any]:
+    try:
+        return resolver.check(
+            _matrix(),
+            _queries(gpus),
+            str(torch),
+            driver=driver or None,
+            python=python or None,
+            channel=channel,
+        )
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_compat_check: {exc}") from exc
+
+
+def gpu_compat_gpu(query: Any) -> dict[str, Any]:
+    m = _matrix()
+    q = _queries(query)
+    if not q or not q[0]:
+        return {}
+    try:
+        found = resolver.lookup(m, str(q[0]))
+    except CompatError:
+        return {}
+    if not found:
+        return {}
+    gpu = found[0]
+    return gpu.to_dict(m.architecture_of(gpu))
+
+
+def gpu_compat_branch_check(branch: Any, gpus: Any) -> dict[str, Any]:
+    """Whether driver branch ``branch`` drives every GPU; names the GPU and allowed branches."""
+    m = _matrix()
+    try:
+        number = int(str(branch).split(".")[0])
+    except ValueError:
+        raise AnsibleFilterError(
+            f"gpu_compat_branch_check: driver branch {branch!r} is not a number such as 535"
+        ) from None
+    try:
+        tgts = resolver.targets(m, _queries(gpus))
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_compat_branch_check: {exc}") from exc
+    allowed = resolver.driving_branches(m, tgts)
+    reasons = [
+        resolver.not_driven_reason(number, t) for t in tgts if not resolver.drives(number, t)
+    ]
+    known = m.branch(number) is not None
+    if not known:
+        reasons.append(
+            f"driver branch {number} is not in the matrix: known are "
+            + ", ".join(str(b.branch) for b in m.branches)
+        )
+    return {"ok": not reasons, "branch": number, "reasons": reasons, "allowed_branches": allowed}
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpu_compat_resolve": gpu_compat_resolve,
+            "gpu_compat_check": gpu_compat_check,
+            "gpu_compat_gpu": gpu_compat_gpu,
+            "gpu_compat_branch_check": gpu_compat_branch_check,
+        }

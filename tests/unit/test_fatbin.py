@@ -1,0 +1,294 @@
+"""Tests of compat.fatbin on containers and ELF files built here."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from compat.fatbin import (
+    FATBIN_MAGIC,
+    Container,
+    FatbinError,
+    arch_name,
+    elf_sections,
+    find_section,
+    iter_containers,
+    parse_arch,
+    scan_file,
+)
+
+# ---------------------------------------------------------------- builders
+
+PTX, SASS = 1, 2
+LZ4, ZSTD, ARCH_A, FAMILY_F = 0x2000, 0x8000, 0x100000, 0x200000
+
+
+def entry(
+    kind: int, arch: int, flags: int = 0x11, payload: bytes = b"\xab" * 24, header_size: int = 64
+) -> bytes:
+    """An entry header (fields as in real fatbins) followed by its payload."""
+    head = bytearray(header_size)
+    struct.pack_into("<HHIQ", head, 0, kind, 0x0101, header_size, len(payload))
+    struct.pack_into("<I", head, 28, arch)
+    struct.pack_into("<Q", head, 40, flags)
+    return bytes(head) + payload
+
+
+def container(*entries: bytes, size: int | None = None) -> bytes:
+    body = b"".join(entries)
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body) if size is None else size) + body
+
+
+def pad8(data: bytes) -> bytes:
+    return data + b"\0" * (-len(data) % 8)
+
+
+def elf(sections: dict[str, bytes]) -> bytes:
+    """A minimal little-endian ELF64 shared object holding ``sections``."""
+    names = [".text", *sections, ".shstrtab"]
+    shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n in names)
+    data = {".text": b"\x90" * 13, **sections, ".shstrtab": shstrtab}
+    out = bytearray(64)
+    headers = [bytes(64)]  # the null section
+    for name in names:
+        out += b"\0" * (-len(out) % 8)
+        offset = len(out)
+        out += data[name]
+        name_off = shstrtab.index(name.encode() + b"\0")
+        sh_type = 3 if name == ".shstrtab" else 1
+        headers.append(
+            struct.pack("<IIQQQQIIQQ", name_off, sh_type, 2, 0, offset, len(data[name]), 0, 0, 8, 0)
+        )
+    out += b"\0" * (-len(out) % 8)
+    shoff = len(out)
+    for h in headers:
+        out += h
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
+    struct.pack_into(
+        "<16sHHIQQQIHHHHHH",
+        out,
+        0,
+        ident,
+        3,
+        62,
+        1,
+        0,
+        0,
+        shoff,
+        0,
+        64,
+        56,
+        0,
+        64,
+        len(headers),
+        len(headers) - 1,
+    )
+    return bytes(out)
+
+
+def names(c: Container) -> list[str]:
+    return [arch_name(e) for e in c.entries]
+
+
+# ---------------------------------------------------------------- containers
+
+FIRST = container(
+    entry(SASS, 75),
+    entry(SASS, 90, ARCH_A | ZSTD),
+    entry(SASS, 103, FAMILY_F | LZ4, header_size=112),
+    entry(PTX, 120, payload=b".version 8.8\n\0"),
+)
+SECOND = container(entry(SASS, 80, payload=b"\x01" * 5))  # leaves the section unaligned
+
+
+def test_entries_kinds_archs_and_flags() -> None:
+    (c,) = list(iter_containers(FIRST))
+    assert c.offset == 0
+    assert c.version == 1
+    assert c.size == len(FIRST) - 16
+    assert names(c) == ["sm_75", "sm_90a", "sm_103f", "compute_120"]
+    assert [e.kind for e in c.entries] == ["sass", "sass", "sass", "ptx"]
+    assert [e.arch for e in c.entries] == [75, 90, 103, 120]
+    assert [e.suffix for e in c.entries] == ["", "a", "f", ""]
+    assert [e.compressed for e in c.entries] == [False, True, True, False]
+    assert [e.header_size for e in c.entries] == [64, 64, 112, 64]
+    assert c.entries[3].payload_size == len(b".version 8.8\n\0")
+    assert c.entries[1].name == "sm_90a"
+    assert c.archs == frozenset({"sm_75", "sm_90a", "sm_103f", "compute_120"})
+
+
+def test_zero_padding_between_containers() -> None:
+    data = pad8(SECOND) + bytes(32) + FIRST + bytes(8)
+    containers = list(iter_containers(data))
+    assert [c.offset for c in containers] == [0, len(pad8(SECOND)) + 32]
+    assert names(containers[0]) == ["sm_80"]
+    assert names(containers[1])[0] == "sm_75"
+
+
+def test_raw_range() -> None:
+    data = bytes(24) + pad8(FIRST) + SECOND
+    containers = list(iter_containers(data, start=24))
+    assert [c.offset for c in containers] == [24, 24 + len(pad8(FIRST))]
+
+
+@pytest.mark.parametrize("delta", [-8, 8, -1])
+def test_container_size_mismatch_is_rejected(delta: int) -> None:
+    good_size = len(FIRST) - 16
+    bad = container(FIRST[16:], size=good_size + delta)
+    data = pad8(SECOND) + bad + bytes(64) + SECOND
+    with pytest.raises(FatbinError, match="does not match its entries") as info:
+        list(iter_containers(data))
+    assert info.value.offset == len(pad8(SECOND))
+    assert f"{len(pad8(SECOND)):#x}" in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_container_past_end_is_rejected() -> None:
+    with pytest.raises(FatbinError, match="past the end") as info:
+        list(iter_containers(container(FIRST[16:], size=4096)))
+    assert info.value.offset == 0
+
+
+def test_bad_magic_and_junk() -> None:
+    with pytest.raises(FatbinError, match="magic") as info:
+        list(iter_containers(pad8(SECOND) + b"\x01" + bytes(31)))
+    assert info.value.offset == len(pad8(SECOND))
+    with pytest.raises(FatbinError, match="non-zero bytes"):
+        list(iter_containers(SECOND + b"\x07\x07\x07" + bytes(8)))
+    with pytest.raises(FatbinError, match="trailing"):
+        list(iter_containers(pad8(SECOND) + b"\x01\x02"))
+
+
+def test_unknown_kind_and_small_header() -> None:
+    with pytest.raises(FatbinError, match="unknown fatbin entry kind 7"):
+        list(iter_containers(container(entry(7, 80))))
+    with pytest.raises(FatbinError, match="too small"):
+        list(
+            iter_containers(
+                container(
+                    entry(SASS, 80)[:64].replace(struct.pack("<I", 64), struct.pack("<I", 16), 1)
+                )
+            )
+        )
+
+
+def test_empty_buffer_has_no_containers() -> None:
+    assert list(iter_containers(b"")) == []
+    assert list(iter_containers(bytes(64))) == []
+
+
+# ---------------------------------------------------------------- ELF
+
+
+def sample_elf() -> bytes:
+    relocatable = container(entry(SASS, 52), entry(PTX, 52))
+    return elf(
+        {
+            ".rodata": b"x" * 7,
+            "__nv_relfatbin": relocatable,
+            ".nv_fatbin": pad8(FIRST) + bytes(16) + SECOND,
+        }
+    )
+
+
+def test_elf_sections() -> None:
+    data = sample_elf()
+    sections = {s.name: s for s in elf_sections(data)}
+    assert set(sections) == {"", ".text", ".rodata", "__nv_relfatbin", ".nv_fatbin", ".shstrtab"}
+    fat = find_section(data)
+    assert fat is not None
+    assert fat.name == ".nv_fatbin"
+    assert data[fat.offset : fat.offset + 4] == struct.pack("<I", FATBIN_MAGIC)
+    assert find_section(data, ".nope") is None
+
+
+def test_elf_reads_nv_fatbin_and_ignores_relfatbin() -> None:
+    data = sample_elf()
+    fat = find_section(data)
+    assert fat is not None
+    containers = list(iter_containers(data))
+    assert len(containers) == 2
+    assert containers[0].offset == fat.offset  # file offsets
+    found = set().union(*(c.archs for c in containers))
+    assert found == {"sm_75", "sm_90a", "sm_103f", "compute_120", "sm_80"}
+    assert "sm_52" not in found
+    assert "compute_52" not in found
+
+
+def test_elf_without_fatbin() -> None:
+    data = elf({".rodata": b"abc"})
+    assert list(iter_containers(data)) == []
+
+
+def test_not_elf_and_truncated_elf() -> None:
+    with pytest.raises(FatbinError, match="not an ELF"):
+        elf_sections(b"hello world" * 10)
+    data = sample_elf()
+    with pytest.raises(FatbinError, match="beyond the end"):
+        elf_sections(data[: len(data) - 100])
+    elf32 = bytearray(data)
+    elf32[4] = 1
+    with pytest.raises(FatbinError, match="ELF64"):
+        elf_sections(bytes(elf32))
+
+
+def test_corrupt_container_in_elf_reports_file_offset() -> None:
+    bad = container(FIRST[16:], size=len(FIRST) - 16 - 8)
+    data = elf({".nv_fatbin": pad8(SECOND) + bad})
+    fat = find_section(data)
+    assert fat is not None
+    with pytest.raises(FatbinError) as info:
+        list(iter_containers(data))
+    assert info.value.offset == fat.offset + len(pad8(SECOND))
+
+
+def test_scan_file(tmp_path: Path) -> None:
+    lib = tmp_path / "libx.so"
+    lib.write_bytes(sample_elf())
+    containers = scan_file(lib)
+    assert containers is not None
+    assert [names(c) for c in containers] == [
+        ["sm_75", "sm_90a", "sm_103f", "compute_120"],
+        ["sm_80"],
+    ]
+    plain = tmp_path / "liby.so"
+    plain.write_bytes(elf({".rodata": b"abc"}))
+    assert scan_file(plain) is None
+    empty = tmp_path / "empty.so"
+    empty.write_bytes(b"")
+    with pytest.raises(FatbinError, match="empty"):
+        scan_file(empty)
+
+
+def test_scan_file_many_containers(tmp_path: Path) -> None:
+    big = container(entry(SASS, 86, payload=b"\xcc" * 70_000))
+    lib = tmp_path / "libbig.so"
+    lib.write_bytes(elf({".nv_fatbin": pad8(big) * 300}))  # ~21 MB: pages get dropped
+    containers = scan_file(lib)
+    assert containers is not None
+    assert len(containers) == 300
+    assert all(names(c) == ["sm_86"] for c in containers)
+
+
+# ---------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("sm_90a", ("sass", 9, 0, "a")),
+        ("sm_103f", ("sass", 10, 3, "f")),
+        ("compute_80", ("ptx", 8, 0, "")),
+        ("sm_35", ("sass", 3, 5, "")),
+    ],
+)
+def test_parse_arch(name: str, parsed: tuple[str, int, int, str]) -> None:
+    assert parse_arch(name) == parsed
+
+
+@pytest.mark.parametrize("bad", ["sm90", "8.0", "sm_90b", "compute_", ""])
+def test_parse_arch_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a CUDA arch entry"):
+        parse_arch(bad)
