@@ -247,7 +247,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     m = _matrix()
     if args.gpu:
         t = resolver.target(m, args.gpu)
-        found = resolver.releases_for(m, t, args.channel)
+        found = resolver.releases_for(m, t.cc, args.channel)
         data: Any = {
             "gpu": t.to_dict(),
             "channel": args.channel,

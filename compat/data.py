@@ -128,7 +128,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise CompatDataError(f"cannot read matrix file {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise CompatDataError(f"matrix file {path} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise CompatDataError(f"matrix file {path} is not valid YAML: {problem}{where}") from exc
     if not isinstance(doc, dict):
         raise CompatDataError(f"matrix file {path} must hold a mapping at the top level")
     return doc

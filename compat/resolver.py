@@ -589,11 +589,22 @@ def resolve(
     py = parse_python(python)
     ch = parse_channel(channel)
     for release in reversed(m.releases):
-        evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in _variants_for(release, tgts)]
+        if py is not None and py not in release.python:
+            continue
+        # Cheap filter first: only builds with a kernel image for every GPU get evaluated.
+        cands = [v for v in _variants_for(release, tgts) if _covers_all(v, tgts, ch)]
+        evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in cands]
         best = _best(evs)
         if best is not None:
             return _plan(m, best, tgts, drv)
     return _no_plan(m, tgts, drv, py, ch)
+
+
+def _covers_all(variant: Variant, tgts: list[Target], channel: str) -> bool:
+    if channel not in variant.channels:
+        return False
+    sass, ptx = variant.archs(channel)
+    return all(rules.coverage(sass, ptx, t.cc) is not None for t in tgts)
 
 
 def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None) -> dict[str, Any]:
@@ -738,18 +749,16 @@ def _no_plan(
 
 
 def _last_covering(m: Matrix, cc: CC, channel: str) -> tuple[Release, Variant] | None:
-    for rel in reversed(m.releases):
-        for var in rel.variants:
-            if var.cuda is None or channel not in var.channels:
-                continue
-            sass, ptx = var.archs(channel)
-            if rules.coverage(sass, ptx, cc) is not None:
-                return rel, var
+    """The newest release with a build for ``cc`` (driver not considered), and its best variant:
+    the PyPI default when it covers, else the newest CUDA."""
+    for rel, variants in reversed(releases_for(m, cc, channel)):
+        best = max(variants, key=lambda v: (v.name == rel.pypi_default, cmp_key(v.cuda or (0,))))
+        return rel, best
     return None
 
 
-def releases_for(m: Matrix, gpu: Target, channel: str) -> list[tuple[Release, list[Variant]]]:
-    """Every release with the variants whose build runs on ``gpu`` (driver not considered)."""
+def releases_for(m: Matrix, cc: CC, channel: str) -> list[tuple[Release, list[Variant]]]:
+    """Every release with the variants whose build runs on ``cc`` (driver not considered)."""
     out = []
     for rel in m.releases:
         ok = [
@@ -757,7 +766,7 @@ def releases_for(m: Matrix, gpu: Target, channel: str) -> list[tuple[Release, li
             for v in rel.variants
             if v.cuda is not None
             and channel in v.channels
-            and rules.coverage(*v.archs(channel), gpu.cc) is not None
+            and rules.coverage(*v.archs(channel), cc) is not None
         ]
         if ok:
             out.append((rel, ok))
