@@ -1,0 +1,132 @@
+"""The Ansible filter plugin: unit tests of the functions, and one real ansible-playbook run
+on localhost whose play asserts the filters' output (the same library as the CLI)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plugin() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_compat_filter", ROOT / "plugins" / "filter" / "gpu_compat.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def plugin() -> ModuleType:
+    return _plugin()
+
+
+def test_filters_are_registered(plugin: ModuleType) -> None:
+    names = set(plugin.FilterModule().filters())
+    assert names == {
+        "gpu_compat_resolve",
+        "gpu_compat_check",
+        "gpu_compat_gpu",
+        "gpu_compat_branch_check",
+    }
+
+
+def test_resolve_from_gpu_info_dicts(plugin: ModuleType) -> None:
+    facts = [{"pci_id": "10de:1023", "name": "unknown"}, {"pci_id": "10de:17fd"}]
+    plan = plugin.gpu_compat_resolve(facts)
+    assert plan["ok"] is True
+    assert [g["name"] for g in plan["gpus"]] == ["Tesla K40m", "Tesla M40"]
+    assert plan["driver"]["branch"] == 470
+
+
+def test_resolve_cpu_host(plugin: ModuleType) -> None:
+    plan = plugin.gpu_compat_resolve([], python="3.11")
+    assert (plan["ok"], plan["variant"], plan["cuda"]) == (True, "cpu", None)
+
+
+def test_check_and_gpu(plugin: ModuleType) -> None:
+    assert plugin.gpu_compat_check(["K40m"], "1.2.0+cu100", driver="470.256.02")["compatible"]
+    assert plugin.gpu_compat_gpu("10de:17fd")["name"] == "Tesla M40"
+    assert plugin.gpu_compat_gpu("10de:ffff") == {}
+    assert plugin.gpu_compat_gpu({"pci_id": "10de:1023"})["compute_capability"] == "3.5"
+
+
+def test_branch_check_names_gpu_and_allowed_branches(plugin: ModuleType) -> None:
+    res = plugin.gpu_compat_branch_check(535, [{"pci_id": "10de:1023"}])
+    assert res["ok"] is False
+    assert res["reasons"][0].startswith(
+        "driver branch 535 does not drive Tesla K40m (Kepler): allowed are branches"
+    )
+    assert max(res["allowed_branches"]) == 470
+    assert plugin.gpu_compat_branch_check("470", ["K40m", "M40"])["ok"] is True
+    unknown = plugin.gpu_compat_branch_check(471, ["K40m"])
+    assert unknown["ok"] is False
+    assert "driver branch 471 is not in the matrix: known are" in unknown["reasons"][-1]
+
+
+def test_bad_input_raises_filter_errors(plugin: ModuleType) -> None:
+    with pytest.raises(AnsibleFilterError, match="gpu_compat_resolve: unknown GPU 'K41m'"):
+        plugin.gpu_compat_resolve(["K41m"])
+    with pytest.raises(AnsibleFilterError, match="driver branch 'abc' is not a number"):
+        plugin.gpu_compat_branch_check("abc", ["K40m"])
+    with pytest.raises(AnsibleFilterError, match=r"unknown torch version '9\.9\.9'"):
+        plugin.gpu_compat_check(["K40m"], "9.9.9")
+
+
+def _stats(stdout: str) -> dict[str, int]:
+    """The json callback's document (profile_tasks may print its timings around it)."""
+    doc, _ = json.JSONDecoder().raw_decode(stdout[stdout.index("{") :])
+    stats: dict[str, int] = doc["stats"]["localhost"]
+    return stats
+
+
+def test_playbook_asserts_filter_output(tmp_path: Path) -> None:
+    """A real ansible-playbook run on localhost (connection local) of a play that asserts what
+    the filters return, then a --check run that must write nothing."""
+    bindir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+        "ANSIBLE_FACT_CACHING": "memory",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+    }
+    out = tmp_path / "plan.json"
+    cmd = [
+        str(bindir / "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(ROOT / "tests" / "unit" / "playbooks" / "filters.yml"),
+        "-e",
+        f"plan_out={out}",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    stats = _stats(res.stdout)
+    assert stats["failures"] == 0
+    assert json.loads(out.read_text())["torch"].startswith("1.")
+    out.unlink()
+    check = subprocess.run(
+        [*cmd, "--check"], capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    assert check.returncode == 0, check.stdout[-3000:]
+    # --check reports the copy it would make and writes nothing.
+    assert _stats(check.stdout)["changed"] == 1
+    assert not out.exists()
