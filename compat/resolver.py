@@ -902,14 +902,17 @@ def support_rows(m: Matrix) -> list[dict[str, Any]]:
         pip = resolve(m, [q], channel="pip")
         conda = resolve(m, [q], channel="conda")
         last = arch.last_driver_branch
+        first = min(
+            x.min_driver_branch or arch.min_driver_branch
+            for x in m.gpus
+            if x.compute_capability == cc
+        )
         rows.append(
             {
                 "compute_capability": cc_str(cc),
                 "architecture": arch.display,
                 "gpus": examples,
-                "driver_branches": f"{arch.min_driver_branch}-{last}"
-                if last
-                else f"{arch.min_driver_branch}+",
+                "driver_branches": f"{first}-{last}" if last else f"{first}+",
                 "newest_cuda": _newest_cuda(m, q),
                 "pip": f"{pip['torch']}+{pip['variant']}" if pip["ok"] else "none",
                 "conda": f"{conda['torch']}+{conda['variant']}" if conda["ok"] else "none",

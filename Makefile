@@ -1,0 +1,69 @@
+# gpuprov's front door: thin wrappers, no logic. Every target also runs unchanged in CI.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INV ?= inventories/lab/hosts.yml
+LAB ?= gpuprov
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: help venv deps lint unit test test-lab lab lab-up lab-down site report check syntax \
+        bench readme-table
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(BIN)/.stamp: requirements-dev.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt -e .
+	touch $@
+
+venv: $(BIN)/.stamp  ## create the virtualenv with pinned tooling and the compat package
+
+deps: venv  ## install the Ansible collections in requirements.yml (bundled by `ansible`)
+	$(BIN)/ansible-galaxy collection install -r requirements.yml
+
+lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellcheck
+	$(BIN)/yamllint --strict -c .yamllint .
+	$(BIN)/ansible-lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	shellcheck .ci/run scripts/*.sh scripts/lab/*.sh
+
+syntax: deps  ## --syntax-check every playbook against the example inventory
+	for p in playbooks/*.yml; do \
+	  $(BIN)/ansible-playbook --syntax-check -i inventories/example/hosts.yml $$p || exit 1; done
+
+unit: venv  ## fast tests (no Docker), with branch coverage of the compat package
+	$(BIN)/pytest tests/unit --cov=compat --cov-report=term-missing
+
+test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow)
+	$(BIN)/pytest tests/lab -m lab -p no:randomly
+
+test: lint syntax unit test-lab  ## everything CI runs (the README's test command)
+
+lab-up: deps  ## bring the built-in lab up (Debian 12/13 hosts with simulated GPUs)
+	$(BIN)/python scripts/lab.py --lab $(LAB) up
+
+site: deps  ## provision the lab (or INV=...) with playbooks/site.yml
+	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml
+
+report: venv  ## print the fleet report from reports/
+	$(BIN)/python scripts/report.py --reports reports
+
+lab: lab-up site report  ## the main job: lab up + site.yml + fleet report
+
+lab-down: venv  ## tear the lab down
+	$(BIN)/python scripts/lab.py --lab $(LAB) down
+
+check: deps  ## --check --diff against INV
+	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml --check --diff
+
+bench: venv  ## speed ratios (CLI start-up vs bare Python)
+	$(BIN)/python -m compileall -q compat
+	$(BIN)/python scripts/bench_cli.py
+
+readme-table: venv  ## regenerate the README support table from compat/data
+	$(BIN)/python scripts/readme_table.py README.md
