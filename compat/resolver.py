@@ -961,18 +961,14 @@ def check_measured(
         "source": f"measured: {measured.get('path', 'binary')}",
     }
     known = m.release(version) if version else None
-    release = (
-        Release(
-            {
-                "version": version or "0",
-                "python": list(known.python) if known else [],
-                "variants": [row],
-                "source": "measured",
-                "pypi_default": name,
-            }
-        )
-        if known is None or not version
-        else known
+    release = known or Release(
+        {
+            "version": version or "0",
+            "python": [],
+            "variants": [row],
+            "source": "measured",
+            "pypi_default": name,
+        }
     )
     variant = Variant(row)
     ev = evaluate(m, release, variant, tgts, drv, py if known else None, "pip")

@@ -6,6 +6,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from fatbin_builders import ARCH_A, FAMILY_F, LZ4, PTX, SASS, ZSTD, container, elf, entry, pad8
 
 from compat.fatbin import (
     FATBIN_MAGIC,
@@ -18,74 +19,6 @@ from compat.fatbin import (
     parse_arch,
     scan_file,
 )
-
-# ---------------------------------------------------------------- builders
-
-PTX, SASS = 1, 2
-LZ4, ZSTD, ARCH_A, FAMILY_F = 0x2000, 0x8000, 0x100000, 0x200000
-
-
-def entry(
-    kind: int, arch: int, flags: int = 0x11, payload: bytes = b"\xab" * 24, header_size: int = 64
-) -> bytes:
-    """An entry header (fields as in real fatbins) followed by its payload."""
-    head = bytearray(header_size)
-    struct.pack_into("<HHIQ", head, 0, kind, 0x0101, header_size, len(payload))
-    struct.pack_into("<I", head, 28, arch)
-    struct.pack_into("<Q", head, 40, flags)
-    return bytes(head) + payload
-
-
-def container(*entries: bytes, size: int | None = None) -> bytes:
-    body = b"".join(entries)
-    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body) if size is None else size) + body
-
-
-def pad8(data: bytes) -> bytes:
-    return data + b"\0" * (-len(data) % 8)
-
-
-def elf(sections: dict[str, bytes]) -> bytes:
-    """A minimal little-endian ELF64 shared object holding ``sections``."""
-    names = [".text", *sections, ".shstrtab"]
-    shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n in names)
-    data = {".text": b"\x90" * 13, **sections, ".shstrtab": shstrtab}
-    out = bytearray(64)
-    headers = [bytes(64)]  # the null section
-    for name in names:
-        out += b"\0" * (-len(out) % 8)
-        offset = len(out)
-        out += data[name]
-        name_off = shstrtab.index(name.encode() + b"\0")
-        sh_type = 3 if name == ".shstrtab" else 1
-        headers.append(
-            struct.pack("<IIQQQQIIQQ", name_off, sh_type, 2, 0, offset, len(data[name]), 0, 0, 8, 0)
-        )
-    out += b"\0" * (-len(out) % 8)
-    shoff = len(out)
-    for h in headers:
-        out += h
-    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
-    struct.pack_into(
-        "<16sHHIQQQIHHHHHH",
-        out,
-        0,
-        ident,
-        3,
-        62,
-        1,
-        0,
-        0,
-        shoff,
-        0,
-        64,
-        56,
-        0,
-        64,
-        len(headers),
-        len(headers) - 1,
-    )
-    return bytes(out)
 
 
 def names(c: Container) -> list[str]:

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
-import struct
 import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from fatbin_builders import (
+    PTX,
+    SASS,
+    VERSION_PY,
+    container,
+    elf,
+    entry,
+    torch_cuda_lib,
+    write_torch,
+    write_wheel,
+)
 
-from compat.fatbin import FATBIN_MAGIC, FatbinError
+from compat.fatbin import FatbinError
 from compat.inspect_torch import (
     InspectError,
     InspectResult,
@@ -19,136 +29,6 @@ from compat.inspect_torch import (
     main,
     parse_version_py,
 )
-
-# ---------------------------------------------------------------- builders
-# (a copy of the small builders of test_fatbin.py, kept local to each test module)
-
-PTX, SASS = 1, 2
-ARCH_A = 0x100000
-
-
-def entry(kind: int, arch: int, flags: int = 0x11, payload: bytes = b"\xab" * 16) -> bytes:
-    head = bytearray(64)
-    struct.pack_into("<HHIQ", head, 0, kind, 0x0101, 64, len(payload))
-    struct.pack_into("<I", head, 28, arch)
-    struct.pack_into("<Q", head, 40, flags)
-    return bytes(head) + payload
-
-
-def container(*entries: bytes, size: int | None = None) -> bytes:
-    body = b"".join(entries)
-    data = struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body) if size is None else size) + body
-    return data + b"\0" * (-len(data) % 8)
-
-
-def elf(sections: dict[str, bytes]) -> bytes:
-    names = [".text", *sections, ".shstrtab"]
-    shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n in names)
-    data = {".text": b"\x90" * 13, **sections, ".shstrtab": shstrtab}
-    out = bytearray(64)
-    headers = [bytes(64)]
-    for name in names:
-        out += b"\0" * (-len(out) % 8)
-        offset = len(out)
-        out += data[name]
-        sh_type = 3 if name == ".shstrtab" else 1
-        headers.append(
-            struct.pack(
-                "<IIQQQQIIQQ",
-                shstrtab.index(name.encode() + b"\0"),
-                sh_type,
-                2,
-                0,
-                offset,
-                len(data[name]),
-                0,
-                0,
-                8,
-                0,
-            )
-        )
-    out += b"\0" * (-len(out) % 8)
-    shoff = len(out)
-    for h in headers:
-        out += h
-    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
-    struct.pack_into(
-        "<16sHHIQQQIHHHHHH",
-        out,
-        0,
-        ident,
-        3,
-        62,
-        1,
-        0,
-        0,
-        shoff,
-        0,
-        64,
-        56,
-        0,
-        64,
-        len(headers),
-        len(headers) - 1,
-    )
-    return bytes(out)
-
-
-def torch_cuda_lib() -> bytes:
-    """20 containers: sm_80, sm_90, compute_90 in all; sm_86 in 18 (90 %: real);
-    sm_75 in 17 (85 %: extra); sm_90a in 2 (extra)."""
-    blobs = []
-    for i in range(20):
-        parts = [entry(SASS, 80), entry(SASS, 90), entry(PTX, 90)]
-        if i < 18:
-            parts.append(entry(SASS, 86))
-        if i < 17:
-            parts.append(entry(SASS, 75))
-        if i < 2:
-            parts.append(entry(SASS, 90, ARCH_A))
-        blobs.append(container(*parts))
-    relocatable = container(entry(SASS, 52))
-    return elf({"__nv_relfatbin": relocatable, ".nv_fatbin": b"".join(blobs)})
-
-
-VERSION_PY = """from typing import Optional
-
-__all__ = ['__version__', 'debug', 'cuda']
-__version__ = '2.9.1+cu128'
-debug = False
-cuda: Optional[str] = '12.8'
-git_version = 'abc'
-hip: Optional[str] = None
-"""
-
-
-def write_torch(root: Path, *, cuda: bool = True) -> Path:
-    """A fake installed torch package under ``root``; returns the torch dir."""
-    torch = root / "torch"
-    (torch / "lib").mkdir(parents=True)
-    (torch / "__init__.py").write_text("")
-    (torch / "version.py").write_text(
-        VERSION_PY
-        if cuda
-        else VERSION_PY.replace("'2.9.1+cu128'", "'2.9.1+cpu'").replace("'12.8'", "None")
-    )
-    (torch / "lib" / "libtorch_cpu.so").write_bytes(elf({".rodata": b"cpu"}))
-    (torch / "lib" / "libtorch_global_deps.so").write_text("/* GNU ld script */\n")
-    if cuda:
-        (torch / "lib" / "libtorch_cuda.so").write_bytes(torch_cuda_lib())
-        (torch / "lib" / "libtorch_cuda.so.1").symlink_to("libtorch_cuda.so")
-        vendor = container(entry(SASS, 50), entry(SASS, 80))
-        (torch / "lib" / "libcudnn_ops.so.9").write_bytes(elf({".nv_fatbin": vendor}))
-    return torch
-
-
-def write_wheel(src_root: Path, wheel: Path) -> Path:
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
-        for p in sorted(src_root.rglob("*")):
-            if p.is_file() and not p.is_symlink():
-                zf.write(p, p.relative_to(src_root).as_posix())
-        zf.writestr("torch-2.9.1.dist-info/METADATA", "Name: torch\n")
-    return wheel
 
 
 def check_cuda_result(r: InspectResult) -> None:
