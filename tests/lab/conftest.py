@@ -1,0 +1,182 @@
+"""The `lab` session fixture: a gpuprov lab brought up for the lab tests.
+
+The lab's hosts are Debian systemd containers made by scripts/lab.py. Only PCI
+devices are simulated: each host carries a sysfs-shaped tree at
+/opt/gpuprov-sim/sys, and only the lab inventory sets
+`gpu_info_sysfs_root: /opt/gpuprov-sim/sys` so gpu_info reads it.
+
+Environment:
+    GPUPROV_LAB_NAME   lab name (default "gpuprov-test"; prefixes containers)
+    GPUPROV_LAB_HOSTS  preset or name=profile:release,... (default "default")
+    GPUPROV_LAB_KEEP   1: leave the lab up after the session (faster reruns;
+                       `scripts/lab.py --lab NAME down` removes it)
+
+Without a Docker engine the lab tests are skipped. One lab per session; the
+fixture yields a `Lab` with `ssh()`, `ansible()`, `ansible_playbook()` and the
+hostvars/groups read back from the generated inventory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_PY = REPO / "scripts" / "lab.py"
+VENV_BIN = Path(sys.executable).parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Lab:
+    """A running lab: its name, inventory and hosts (hostvars from the inventory)."""
+
+    name: str
+    inventory: Path
+    hosts: dict[str, dict[str, Any]]
+    groups: dict[str, list[str]]
+
+    def lab_py(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(LAB_PY), "--lab", self.name, *args],
+            capture_output=True,
+            text=True,
+            check=check,
+        )
+
+    def ssh(
+        self, host: str, command: str, *, check: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a shell command on a host over SSH (the generated key, strict known_hosts)."""
+        hv = self.hosts[host]
+        argv = [
+            "ssh",
+            "-i",
+            str(hv["ansible_ssh_private_key_file"]),
+            "-p",
+            str(hv["ansible_port"]),
+            *str(hv["ansible_ssh_common_args"]).split(),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            f"{hv['ansible_user']}@{hv['ansible_host']}",
+            command,
+        ]
+        return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def ansible_playbook(
+        self, playbook: str | Path, *args: str, check: bool = False, timeout: float = 3600
+    ) -> subprocess.CompletedProcess[str]:
+        return self._ansible("ansible-playbook", [str(playbook), *args], check, timeout)
+
+    def ansible(
+        self, pattern: str, *args: str, check: bool = False, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        return self._ansible("ansible", [pattern, *args], check, timeout)
+
+    def _ansible(
+        self, tool: str, args: Sequence[str], check: bool, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        binary = VENV_BIN / tool
+        exe = str(binary) if binary.exists() else (shutil.which(tool) or tool)
+        env = dict(os.environ)
+        if (REPO / "ansible.cfg").exists():
+            env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+        return subprocess.run(
+            [exe, "-i", str(self.inventory), *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+            cwd=REPO,
+            env=env,
+        )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the `lab` fixture with `lab` (deselect: -m 'not lab')."""
+    for item in items:
+        if "lab" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.lab)
+
+
+def _docker_available() -> bool:
+    docker = shutil.which("docker")
+    if docker is None:
+        return False
+    proc = subprocess.run(
+        [docker, "version", "--format", "{{.Server.Version}}"],
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def _read_inventory(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    inv = yaml.safe_load(path.read_text(encoding="utf-8"))
+    lab_group = inv["all"]["children"]["lab"]
+    lab_vars = dict(lab_group.get("vars") or {})
+    hosts = {name: {**lab_vars, **(hv or {})} for name, hv in lab_group["hosts"].items()}
+    groups: dict[str, list[str]] = {"lab": list(hosts)}
+
+    def walk(name: str, body: dict[str, Any] | None) -> list[str]:
+        body = body or {}
+        members = list((body.get("hosts") or {}).keys())
+        for child, child_body in (body.get("children") or {}).items():
+            members += walk(child, child_body)
+        groups[name] = sorted(set(members))
+        return members
+
+    for child, child_body in (lab_group.get("children") or {}).items():
+        walk(child, child_body)
+    return hosts, groups
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    """Bring up the lab (name and hosts from GPUPROV_LAB_*), yield it, take it down."""
+    if not _docker_available():
+        pytest.skip("no Docker engine (apt-get install docker.io && dockerd &)")
+    name = os.environ.get("GPUPROV_LAB_NAME", "gpuprov-test")
+    hosts = os.environ.get("GPUPROV_LAB_HOSTS", "default")
+    keep = os.environ.get("GPUPROV_LAB_KEEP", "") == "1"
+    inventory = REPO / ".lab" / name / "hosts.yml"
+    if name == "gpuprov":
+        inventory = REPO / "inventories" / "lab" / "hosts.yml"
+    up = subprocess.run(
+        [
+            sys.executable,
+            str(LAB_PY),
+            "--lab",
+            name,
+            "--inventory",
+            str(inventory),
+            "up",
+            "--hosts",
+            hosts,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if up.returncode != 0:
+        pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    host_vars, groups = _read_inventory(inventory)
+    try:
+        yield Lab(name, inventory, host_vars, groups)
+    finally:
+        if not keep:
+            subprocess.run(
+                [sys.executable, str(LAB_PY), "--lab", name, "down"],
+                capture_output=True,
+                check=False,
+            )
