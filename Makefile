@@ -7,7 +7,8 @@ INV ?= inventories/lab/hosts.yml
 LAB ?= gpuprov
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: help venv deps lint unit test test-lab lab lab-up lab-down site report check syntax \
+.PHONY: help venv deps lint unit test test-lab lab lab-up lab-down lab-status site report check \
+        syntax \
         bench readme-table
 
 help:  ## list targets
@@ -37,7 +38,7 @@ syntax: deps  ## --syntax-check every playbook against the example inventory
 	  $(BIN)/ansible-playbook --syntax-check -i inventories/example/hosts.yml $$p || exit 1; done
 
 unit: venv  ## fast tests (no Docker), with branch coverage of the compat package
-	$(BIN)/pytest tests/unit --cov=compat --cov-report=term-missing
+	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov=compat --cov-report=term-missing
 
 test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow)
 	$(BIN)/pytest tests/lab -m lab -p no:randomly
@@ -57,6 +58,9 @@ lab: lab-up site report  ## the main job: lab up + site.yml + fleet report
 
 lab-down: venv  ## tear the lab down
 	$(BIN)/python scripts/lab.py --lab $(LAB) down
+
+lab-status: venv  ## table of the lab's hosts
+	$(BIN)/python scripts/lab.py --lab $(LAB) status
 
 check: deps  ## --check --diff against INV
 	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml --check --diff
