@@ -31,6 +31,8 @@ lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellch
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy plugins/action
+	cd scripts/smoke && ../../$(BIN)/mypy --config-file ../../pyproject.toml .
 	shellcheck .ci/run scripts/*.sh scripts/lab/*.sh
 
 syntax: deps  ## --syntax-check every playbook against the example inventory

@@ -162,7 +162,10 @@ def targets(m: Matrix, queries: list[Any] | tuple[Any, ...]) -> list[Target]:
 
 
 class DriverVersion(tuple[int, ...]):
-    """A driver version's numeric key that remembers how the user wrote it (535.183.01)."""
+    """A driver version's numeric key that remembers how the user wrote it (535.183.01).
+
+    A bare branch (``550``) stands for "some release of that branch": it is judged by the
+    branch table (the newest CUDA each branch runs) instead of an exact version."""
 
     text: str
 
@@ -171,21 +174,27 @@ class DriverVersion(tuple[int, ...]):
         obj.text = text.strip()
         return obj
 
+    @property
+    def branch_only(self) -> bool:
+        return len(self) == 1
+
 
 def parse_driver(text: str | None) -> DriverVersion | None:
     if text is None or str(text).strip() == "":
         return None
     key = DriverVersion(str(text))
-    if not 2 <= len(key) <= 3 or key[0] < 100:
+    if not 1 <= len(key) <= 3 or key[0] < 100:
         raise CompatError(
-            f"malformed driver version {text!r}: expected BRANCH.MINOR[.PATCH] such as "
-            "535.183.01 or 470.256.02"
+            f"malformed driver version {text!r}: expected BRANCH[.MINOR[.PATCH]] such as "
+            "535.183.01, 470.256.02 or 550"
         )
     return key
 
 
 def _dtext(drv: VersionKey) -> str:
-    return drv.text if isinstance(drv, DriverVersion) else ".".join(str(p) for p in drv)
+    if isinstance(drv, DriverVersion):
+        return f"branch {drv.text}" if drv.branch_only else drv.text
+    return ".".join(str(p) for p in drv)
 
 
 def parse_python(text: str | None) -> str | None:
@@ -359,8 +368,15 @@ def _check_driver(
     dtext = _dtext(driver)
     for t in tgts:
         if not drives(branch, t):
-            ev.fail(not_driven_reason(branch, t))
-    compat = rules.driver_compat(driver, toolkit)
+            ev.fail(not_driven_reason(m, branch, t))
+    if isinstance(driver, DriverVersion) and driver.branch_only:
+        if m.branch(branch) is None:
+            known = ", ".join(str(b.branch) for b in m.branches)
+            ev.fail(f"driver branch {branch} is not in the matrix: known are {known}")
+            return
+        compat = _branch_runs(m, branch, toolkit)
+    else:
+        compat = rules.driver_compat(driver, toolkit)
     if compat is None:
         mc = toolkit.minor_compat_text
         extra = f" (minor-version compatibility needs >= {mc})" if mc else ""
@@ -389,13 +405,17 @@ def _check_driver(
         )
 
 
-def not_driven_reason(branch: int, t: Target) -> str:
+def not_driven_reason(m: Matrix, branch: int, t: Target) -> str:
     arch = t.arch
     if arch is None:
         return f"driver branch {branch}: the architecture of {t.label} is unknown"
-    first = (t.gpu.min_driver_branch if t.gpu else None) or arch.min_driver_branch
-    last = arch.last_driver_branch
-    span = f"branches {first} to {last}" if last else f"branch {first} and newer"
+    usable = driving_branches(m, [t])
+    if not usable:
+        span = "none in the matrix"
+    elif arch.last_driver_branch is not None:
+        span = f"branches {usable[0]} to {usable[-1]}"
+    else:
+        span = f"branch {usable[0]} and newer"
     return f"driver branch {branch} does not drive {t.label} ({arch.display}): allowed are {span}"
 
 

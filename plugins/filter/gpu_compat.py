@@ -146,7 +146,7 @@ def gpu_compat_branch_check(branch: Any, gpus: Any) -> dict[str, Any]:
         raise AnsibleFilterError(f"gpu_compat_branch_check: {exc}") from exc
     allowed = resolver.driving_branches(m, tgts)
     reasons = [
-        resolver.not_driven_reason(number, t) for t in tgts if not resolver.drives(number, t)
+        resolver.not_driven_reason(m, number, t) for t in tgts if not resolver.drives(number, t)
     ]
     known = m.branch(number) is not None
     if not known:

@@ -79,7 +79,7 @@ def test_branch_that_dropped_the_gpu(mini: Matrix) -> None:
     verdict = resolver.check(mini, ["K40m"], "1.5.0+cu102", driver="535.183.01")
     assert verdict["compatible"] is False
     assert (
-        "driver branch 535 does not drive Tesla K40m (Kepler): allowed are branches 300 to 470"
+        "driver branch 535 does not drive Tesla K40m (Kepler): allowed are branches 450 to 470"
         in verdict["reasons"]
     )
 
@@ -159,10 +159,11 @@ def test_bad_gpu_queries(mini: Matrix, query: str, message: str) -> None:
     [
         ({"driver": "abc"}, "malformed driver version 'abc'"),
         ({"driver": "12.1"}, "malformed driver version '12.1'"),
+        ({"driver": "99"}, "malformed driver version '99'"),
         ({"python": "three"}, "malformed Python version 'three'"),
         ({"channel": "brew"}, "unknown channel 'brew': allowed are pip, conda"),
     ],
-    ids=["driver-text", "driver-cuda-like", "python", "channel"],
+    ids=["driver-text", "driver-cuda-like", "driver-too-small", "python", "channel"],
 )
 def test_bad_parameters(mini: Matrix, kwargs: dict[str, str], message: str) -> None:
     with pytest.raises(CompatError, match=message):
@@ -185,3 +186,14 @@ def test_lookup_forms(mini: Matrix) -> None:
         "Tesla M40",
         "A100-SXM4-40GB",
     ]
+
+
+def test_bare_branch_is_judged_by_the_branch_table(mini: Matrix) -> None:
+    full = resolver.check(mini, ["A100"], "2.0.0+cu118", driver="535")
+    assert full["compatible"] is True
+    assert full["driver"]["compatibility"] == "full"  # 535 runs CUDA 12.2 >= 11.8
+    minor = resolver.check(mini, ["A100"], "2.0.0+cu118", driver="470")
+    assert minor["driver"]["compatibility"] == "minor-version-compatibility"
+    unknown = resolver.check(mini, ["A100"], "2.0.0+cu118", driver="999")
+    assert unknown["compatible"] is False
+    assert unknown["reasons"] == ["driver branch 999 is not in the matrix: known are 450, 470, 535"]

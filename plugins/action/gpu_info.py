@@ -1,0 +1,128 @@
+# Copyright: gpuprov contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for gpu_info: run the module on the host, enrich on the controller.
+
+The managed host has no compat package, so the module reports what the hardware and the
+driver say. Here, on the controller, each GPU is completed from the compat matrix by PCI ID:
+name (when the host only knew the PCI ID), compute capability (when the driver did not
+report it, e.g. R470's nvidia-smi) and architecture. A PCI ID the matrix does not know is
+left as name "unknown" and compute_capability null: never guessed upward.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol
+
+from ansible.plugins.action import ActionBase
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class MatrixGPU(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def compute_capability(self) -> str | tuple[int, int]: ...
+    @property
+    def architecture(self) -> str: ...
+
+
+class Matrix(Protocol):
+    def gpu_by_pci(self, pci_id: str) -> MatrixGPU | None: ...
+
+
+def _load_module_helpers() -> ModuleType:
+    """Load the module file's pure helpers (build_labels) so labels have one implementation."""
+    path = REPO_ROOT / "plugins" / "modules" / "gpu_info.py"
+    spec = importlib.util.spec_from_file_location("_gpuprov_gpu_info_module", path)
+    if spec is None or spec.loader is None:  # pragma: no cover - the file ships with this plugin
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_matrix() -> Matrix:
+    """Import compat from the installed package or, failing that, from this repository."""
+    try:
+        import compat  # controller-only dependency
+    except ImportError:
+        sys.path.insert(0, str(REPO_ROOT))
+        import compat
+    matrix: Matrix = compat.load()
+    return matrix
+
+
+def cc_text(cc: str | tuple[int, int]) -> str:
+    """compat keeps compute capabilities as (major, minor); facts spell them "X.Y"."""
+    return cc if isinstance(cc, str) else f"{cc[0]}.{cc[1]}"
+
+
+def enrich(facts: dict[str, Any], matrix: Matrix) -> dict[str, Any]:
+    """Complete each GPU from the matrix; recompute the labels. Returns a new dict."""
+    helpers = _load_module_helpers()
+    result = dict(facts)
+    gpus: list[dict[str, Any]] = []
+    unknown: list[str] = []
+    for original in facts.get("gpus", []):
+        gpu = dict(original)
+        row = matrix.gpu_by_pci(str(gpu["pci_id"]).lower()) if gpu.get("pci_id") else None
+        if row is None:
+            gpu["matrix"] = False
+            if gpu.get("source") == "pci":
+                gpu["name"] = "unknown"
+                gpu["compute_capability"] = None
+            unknown.append(f"{gpu.get('pci_id')} at {gpu.get('bus_id')}")
+        else:
+            gpu["matrix"] = True
+            if not gpu.get("name") or gpu["name"] == "unknown":
+                gpu["name"] = row.name
+            if not gpu.get("compute_capability"):
+                gpu["compute_capability"] = cc_text(row.compute_capability)
+            if not gpu.get("architecture"):
+                gpu["architecture"] = str(row.architecture)
+        gpus.append(gpu)
+    result["gpus"] = gpus
+    result["unknown_pci_ids"] = unknown
+    result["labels"] = helpers.build_labels(gpus, facts.get("driver_version"))
+    return result
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no type hints
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(
+        self, tmp: str | None = None, task_vars: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        module_result: dict[str, Any] = self._execute_module(
+            module_name="gpu_info",
+            module_args=self._task.args.copy(),
+            task_vars=task_vars or {},
+        )
+        result.update(module_result)
+        if result.get("failed"):
+            return result
+        facts = result.get("ansible_facts", {}).get("gpu_info")
+        if facts is None:
+            return result
+        try:
+            matrix = load_matrix()
+        except Exception as exc:  # report, keep the host's own answer
+            result.setdefault("warnings", []).append(
+                f"gpu_info: compat matrix unavailable on the controller ({exc}); GPUs not enriched"
+            )
+            return result
+        enriched = enrich(facts, matrix)
+        for item in enriched["unknown_pci_ids"]:
+            result.setdefault("warnings", []).append(
+                f"gpu_info: PCI ID {item} is not in the compat matrix; reported as unknown"
+            )
+        result["ansible_facts"]["gpu_info"] = enriched
+        result["changed"] = False
+        return result

@@ -1,0 +1,116 @@
+"""testinfra suite for the nvidia_driver role: run it against your fleet.
+
+    pytest tests/infra --hosts=ansible://gpu_nodes --ansible-inventory=inventories/<env>/hosts.yml
+
+(add `--sudo` when the SSH user is not root). One test per behaviour. What the role
+installed is read from the local facts file it writes on each host,
+/etc/ansible/facts.d/gpuprov.fact, so the suite needs no inventory variables. Tests of
+the kernel module (nvidia-smi, nvidia-persistenced, nouveau unloaded) are skipped on
+containers (the lab) and while a driver reboot is pending; failures print the unit's
+journal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+FACT_FILE = "/etc/ansible/facts.d/gpuprov.fact"
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+UNATTENDED_BLACKLIST = "/etc/apt/apt.conf.d/51gpuprov-nvidia-blacklist"
+REBOOT_FLAG = "/run/gpuprov-reboot-required"
+PERSISTENCED = "nvidia-persistenced"
+
+
+def journal(host: Any, unit: str, lines: int = 60) -> str:
+    """The last lines of a unit's journal, for failure messages."""
+    out = host.run(f"journalctl -u {unit} -n {lines} --no-pager")
+    return f"\n--- journalctl -u {unit} ---\n{out.stdout}{out.stderr}"
+
+
+@pytest.fixture
+def fact(host: Any) -> dict[str, Any]:
+    """The gpuprov local facts the nvidia_driver role wrote."""
+    target = host.file(FACT_FILE)
+    assert target.exists, f"{FACT_FILE} missing: the nvidia_driver role has not run on this host"
+    data: dict[str, Any] = json.loads(target.content_string)
+    return data
+
+
+@pytest.fixture
+def kernel_host(host: Any, fact: dict[str, Any]) -> Any:
+    """A host where the kernel-module steps apply (not a container, no pending reboot)."""
+    if fact.get("container"):
+        pytest.skip("container: kernel-module steps are skipped by design (lab concession)")
+    if host.file(REBOOT_FLAG).exists:
+        pytest.skip(f"driver reboot pending ({REBOOT_FLAG})")
+    return host
+
+
+def is_debian_family(host: Any) -> bool:
+    return bool(host.system_info.distribution in ("debian", "ubuntu"))
+
+
+def test_gpu_facts_written(fact: dict[str, Any]) -> None:
+    assert isinstance(fact["driver_branch"], int)
+    assert fact["gpus"], "no GPU recorded in the local facts"
+    for gpu in fact["gpus"]:
+        assert gpu["pci_id"].startswith("10de:"), gpu
+
+
+def test_driver_packages_installed(host: Any, fact: dict[str, Any]) -> None:
+    missing = [name for name in fact["packages"] if not host.package(name).is_installed]
+    assert not missing, f"driver packages not installed: {missing}"
+
+
+def test_driver_packages_held(host: Any, fact: dict[str, Any]) -> None:
+    if not fact.get("packages_held", True):
+        pytest.skip("nvidia_driver_hold_packages is false")
+    if is_debian_family(host):
+        held = set(host.check_output("apt-mark showhold").split())
+        assert set(fact["packages"]) <= held, f"not held: {sorted(set(fact['packages']) - held)}"
+    else:
+        locks = host.check_output("dnf versionlock list")
+        assert "nvidia" in locks, f"no nvidia versionlock:\n{locks}"
+
+
+def test_nouveau_blacklist_file(host: Any) -> None:
+    target = host.file(NOUVEAU_BLACKLIST)
+    assert target.exists
+    assert target.user == "root"
+    assert target.mode == 0o644
+    assert "blacklist nouveau" in target.content_string
+
+
+def test_unattended_upgrades_blacklist(host: Any, fact: dict[str, Any]) -> None:
+    if not is_debian_family(host):
+        pytest.skip("unattended-upgrades is Debian-family only")
+    target = host.file(UNATTENDED_BLACKLIST)
+    assert target.exists
+    assert target.mode == 0o644
+    text = target.content_string
+    assert "Unattended-Upgrade::Package-Blacklist" in text
+    for name in fact["packages"]:
+        pattern = name.replace(".", "[.]").replace("+", "[+]")
+        assert f'"^{pattern}$";' in text, f"{name} not blacklisted"
+
+
+def test_nouveau_not_loaded(kernel_host: Any) -> None:
+    modules = kernel_host.check_output("cat /proc/modules")
+    assert not any(line.startswith("nouveau ") for line in modules.splitlines())
+
+
+def test_nvidia_smi_answers(kernel_host: Any, fact: dict[str, Any]) -> None:
+    out = kernel_host.run("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert out.rc == 0, f"nvidia-smi failed: {out.stderr}{journal(kernel_host, PERSISTENCED)}"
+    versions = {line.strip() for line in out.stdout.splitlines() if line.strip()}
+    assert versions, "nvidia-smi listed no GPU"
+    assert all(v.split(".")[0] == str(fact["driver_branch"]) for v in versions), versions
+
+
+def test_persistenced_running(kernel_host: Any) -> None:
+    service = kernel_host.service(PERSISTENCED)
+    assert service.is_running, f"{PERSISTENCED} not running{journal(kernel_host, PERSISTENCED)}"
+    assert service.is_enabled, f"{PERSISTENCED} not enabled{journal(kernel_host, PERSISTENCED)}"
