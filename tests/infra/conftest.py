@@ -1,0 +1,136 @@
+"""Shared fixtures of the testinfra suite (docker and nvidia_container_toolkit).
+
+Run against any fleet, with the same inventory the playbooks used::
+
+    pytest tests/infra/test_docker.py --hosts=ansible://all --ansible-inventory=INV
+    pytest tests/infra/test_toolkit.py --hosts=ansible://gpu_nodes --ansible-inventory=INV
+
+What the tests expect comes from the role defaults (``roles/<role>/defaults/main.yml``)
+overlaid with the host's inventory variables, so a fleet that sets
+``docker_daemon_options`` or ``nvidia_container_toolkit_version`` is checked against them.
+Variables passed with ``-e`` to ansible-playbook are not visible here: put them in the
+inventory. On failure the journal of the units a test module names in ``JOURNAL_UNITS``
+(``docker``, ``containerd`` here) is attached to the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+
+DEFAULT_TEST_IMAGE = "gpuprov-test/true:latest"
+
+# A one-binary image built on the host itself: /usr/bin/true and the libraries ldd lists.
+# No registry is needed (air-gapped fleets, the lab).
+BUILD_IMAGE = r"""
+set -eu
+t=/usr/bin/true; [ -x "$t" ] || t=/bin/true
+files="$t $(ldd "$t" | grep -o '/[^ ]*' | sort -u | tr '\n' ' ')"
+tar -chf - $files 2>/dev/null | docker import -c 'CMD ["/usr/bin/true"]' - "$1" >/dev/null
+"""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpuprov infra")
+    group.addoption(
+        "--docker-test-image",
+        default=DEFAULT_TEST_IMAGE,
+        help=(
+            "image that `docker run --rm IMAGE /usr/bin/true` starts; when absent on the host "
+            "it is built there from /usr/bin/true and its libraries (default %(default)s)"
+        ),
+    )
+    group.addoption(
+        "--docker-preserved-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a daemon.json key some other tool owns that must survive the roles (repeatable)",
+    )
+
+
+def as_root(host: Any) -> contextlib.AbstractContextManager[Any]:
+    """``host.sudo()`` unless the connection already is root (lab hosts have no sudo)."""
+    if host.run("id -u").stdout.strip() == "0":
+        return contextlib.nullcontext()
+    return host.sudo()  # type: ignore[no-any-return]
+
+
+def _defaults(role: str) -> dict[str, Any]:
+    data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+    return dict(data or {})
+
+
+def role_vars(host: Any, role: str) -> dict[str, Any]:
+    """Role defaults overlaid with the host's inventory variables of that role."""
+    result = _defaults(role)
+    try:
+        inventory = host.ansible.get_variables()
+    except (AttributeError, RuntimeError):  # not the ansible backend
+        inventory = {}
+    result.update({k: v for k, v in inventory.items() if k.startswith(f"{role}_")})
+    return result
+
+
+@pytest.fixture
+def root(host: Any) -> Any:
+    """Context manager that runs host commands as root: ``with root(): host.run(...)``."""
+    return lambda: as_root(host)
+
+
+@pytest.fixture
+def docker_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "docker")
+
+
+@pytest.fixture
+def toolkit_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "nvidia_container_toolkit")
+
+
+@pytest.fixture
+def daemon_json(host: Any) -> dict[str, Any]:
+    path = "/etc/docker/daemon.json"
+    with as_root(host):
+        f = host.file(path)
+        if not f.exists:
+            return {}
+        data = json.loads(f.content_string or "{}")
+    assert isinstance(data, dict), f"{path} is not a JSON object"
+    return data
+
+
+@pytest.fixture
+def test_image(host: Any, request: pytest.FixtureRequest) -> str:
+    """The test image, imported on the host when it is not there yet."""
+    image: str = request.config.getoption("--docker-test-image")
+    with as_root(host):
+        if host.run("docker image inspect %s", image).rc != 0:
+            built = host.run("sh -c %s sh %s", BUILD_IMAGE, image)
+            assert built.rc == 0, f"cannot import {image}: {built.stderr}"
+    return image
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the journal of the test module's ``JOURNAL_UNITS`` to a failed test's report."""
+    report = yield
+    if report.when == "call" and report.failed:
+        host = getattr(item, "funcargs", {}).get("host")
+        units: tuple[str, ...] = tuple(getattr(getattr(item, "module", None), "JOURNAL_UNITS", ()))
+        if host is not None:
+            for unit in units:
+                with as_root(host):
+                    out = host.run("journalctl -u %s --no-pager -n 150", unit)
+                report.sections.append((f"journalctl -u {unit}", out.stdout or out.stderr))
+    return report
