@@ -5,10 +5,14 @@ package directory, a site-packages directory or a virtual environment holding
 ``torch``, or a single shared object.  It reads the ``.nv_fatbin`` containers
 of every shared object (see :mod:`compat.fatbin`); nothing is imported.
 
-The build's real arch list is the set of archs present in at least
-``REAL_ARCH_SHARE`` (90 %) of the containers of the main torch library
+The build's real arch list is the set of archs present in more than
+``REAL_ARCH_SHARE`` (half) of the containers of the main torch library
 (``libtorch_cuda.so``; older builds: the torch library with the most
-containers).  Archs found only in some containers or in other libraries come
+containers). Measured on PyPI wheels: torch's own archs sit in 73-100 % of the
+containers (1.13.1's split ``libtorch_cuda_cu.so`` carries sm_37 in 221 of 302,
+sm_50/sm_60 in 271), vendored ones in at most 17 % (1.13.1's sm_35: 50 of 302;
+2.14.1's sm_100a/sm_103f: 59 of 475), so a 90 % bar would drop real archs of
+split builds.  Archs found only in some containers or in other libraries come
 from vendored code (cuDNN, cuBLAS, MAGMA, cusparseLt, NVSHMEM, hand-tuned
 kernels) and are reported as ``extras``, never as coverage.
 
@@ -44,7 +48,7 @@ __all__ = [
     "parse_version_py",
 ]
 
-REAL_ARCH_SHARE = 0.9
+REAL_ARCH_SHARE = 0.5
 MAIN_LIBRARIES = ("libtorch_cuda.so", "libtorch_cuda_cu.so", "libcaffe2_gpu.so")
 _CHUNK = 1 << 20
 _ELF_MAGIC = b"\x7fELF"
@@ -338,7 +342,7 @@ def inspect_path(path: str | Path) -> InspectResult:
     if main is not None:
         result.main_library = main.name
         threshold = REAL_ARCH_SHARE * main.containers
-        real = {a for a, n in main.counts.items() if n >= threshold}
+        real = {a for a, n in main.counts.items() if n > threshold}
     result.sass = sorted((a for a in real if a.startswith("sm_")), key=arch_sort_key)
     result.ptx = sorted((a for a in real if a.startswith("compute_")), key=arch_sort_key)
 
