@@ -18,6 +18,13 @@ The lab simulates one thing only: PCI devices. A host's profile
 /sys. No other inventory sets it. Everything else (apt, systemd, docker, pip)
 is real.
 
+One more container, NAME-mirror, serves a signed apt repository that STANDS IN
+for NVIDIA's container toolkit repository (unreachable from the lab): stub
+packages with NVIDIA's package names, built by scripts/lab/aptrepo.py once per
+recipe (cached under .lab/NAME/) and served with `python3 -m http.server` on
+the lab network only. The lab inventory points the nvidia_container_toolkit
+role's repository and key URLs at it; real fleets never use it.
+
 Exit codes: 0 ok, 1 failure, 2 usage error or no Docker engine.
 """
 
@@ -47,6 +54,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_FILES = REPO / "scripts" / "lab"
+sys.path.insert(0, str(LAB_FILES))
+import aptrepo  # noqa: E402  (scripts/lab/aptrepo.py: the stand-in toolkit repository)
+
 PROFILES_FILE = LAB_FILES / "profiles.yaml"
 RECIPE_FILE = LAB_FILES / "image-recipe.sh"
 INVENTORY_DIR = REPO / "inventories" / "lab"
@@ -80,6 +90,12 @@ SIM_SYSFS_ROOT = "/opt/gpuprov-sim/sys"  # the simulated PCI tree (see module do
 HOST_WHEELHOUSE = "/opt/gpuprov-wheels"
 HOST_CA_DIR = "/usr/local/share/ca-certificates/gpuprov-lab"
 CONTAINER_SSH_PORT = 22
+
+# The mirror container: the stand-in for NVIDIA's toolkit repository (see module doc).
+MIRROR_RELEASE = "bookworm"
+MIRROR_DIR = "/srv/gpuprov-aptrepo"
+MIRROR_PORT = 8080
+MIRROR_LABEL = "gpuprov.lab.mirror"
 
 PORT_RANGE = (22200, 22999)
 NVIDIA_VENDOR = "0x10de"
@@ -339,6 +355,55 @@ def docker_volume_name(lab: str, host: str) -> str:
     return f"{lab}-{host}-docker"
 
 
+def mirror_name(lab: str) -> str:
+    return f"{lab}-mirror"
+
+
+def mirror_run_args(lab: str, image: str, repo_dir: Path) -> list[str]:
+    """`docker run` arguments of the lab's mirror container.
+
+    It serves repo_dir (the stand-in for NVIDIA's container toolkit repository,
+    mounted read-only) with `python3 -m http.server` on the lab network only:
+    no port is published on the controller.
+    """
+    return [
+        "run",
+        "--detach",
+        "--name",
+        mirror_name(lab),
+        "--network",
+        network_name(lab),
+        "--network-alias",
+        "mirror",
+        "--label",
+        f"{MIRROR_LABEL}={lab}",
+        "--label",
+        f"gpuprov.mirror.repo={repo_dir}",
+        "--label",
+        f"gpuprov.image={image}",
+        "--restart",
+        "unless-stopped",
+        "--read-only",
+        "--mount",
+        f"type=bind,source={repo_dir},target={MIRROR_DIR},readonly",
+        "--workdir",
+        MIRROR_DIR,
+        image,
+        "python3",
+        "-m",
+        "http.server",
+        "--bind",
+        "0.0.0.0",  # noqa: S104 (the container's lab-network address only)
+        "--directory",
+        MIRROR_DIR,
+        str(MIRROR_PORT),
+    ]
+
+
+def mirror_url(address: str) -> str:
+    return f"http://{address}:{MIRROR_PORT}"
+
+
 def docker_run_args(lab: str, host: HostSpec, image: str, port: int, cgroup: int) -> list[str]:
     """`docker run` arguments of one lab host.
 
@@ -508,6 +573,7 @@ def build_inventory(
     wheelhouse: str | None,
     group_vars: Mapping[str, Mapping[str, Any]] | None = None,
     gateway: str | None = None,
+    mirror: str | None = None,
 ) -> dict[str, Any]:
     """The YAML inventory of a lab.
 
@@ -516,7 +582,9 @@ def build_inventory(
     `gpu_info_sysfs_root` is set here, and only here, to the simulated tree.
     `group_vars` (group -> vars) are embedded as the groups' `vars`: used when
     the inventory is written outside inventories/lab/, whose group_vars/ would
-    not apply there.
+    not apply there. `mirror` is the base URL of the lab's mirror container:
+    the toolkit role's repository and key URLs point at the stand-in
+    repository it serves (lab only; NVIDIA's defaults elsewhere).
     """
     gv = {k: dict(v) for k, v in (group_vars or {}).items()}
     lab_hosts: dict[str, Any] = {}
@@ -556,6 +624,10 @@ def build_inventory(
     if gateway:
         # The controller as the hosts see it (to serve files/repos to them).
         lab_vars["lab_gateway"] = gateway
+    if mirror:
+        # A stand-in for NVIDIA's toolkit repository (scripts/lab/aptrepo.py), not NVIDIA's.
+        lab_vars["lab_mirror_url"] = mirror
+        lab_vars.update(aptrepo.role_vars(mirror))
 
     def group(body: dict[str, Any], name: str) -> dict[str, Any]:
         found = gv.pop(name, None)
@@ -1002,6 +1074,53 @@ def read_group_vars(directory: Path) -> dict[str, dict[str, Any]]:
     return result
 
 
+def ensure_mirror(docker: Docker, paths: LabPaths, image: str) -> str:
+    """Build (once, cached) and serve the stand-in toolkit repository; return its URL.
+
+    The repository is NOT NVIDIA's: stub packages with NVIDIA's names, signed with a
+    throwaway key (scripts/lab/aptrepo.py). It is served by the NAME-mirror container
+    on the lab network; the URL uses the container's lab-network address.
+    """
+    repo_dir = aptrepo.ensure_repo(paths.state_dir).resolve()
+    name = mirror_name(paths.name)
+    net = network_name(paths.name)
+    if docker.exists("container", name):
+        info = docker.inspect(name)
+        labels = info["Config"].get("Labels") or {}
+        if (
+            labels.get("gpuprov.mirror.repo") != str(repo_dir)
+            or labels.get("gpuprov.image") != image
+        ):
+            docker.run(["rm", "-f", name])
+            log(f"{name}: removed (repository or image changed)")
+        elif not info["State"].get("Running"):
+            docker.run(["start", name])
+    if not docker.exists("container", name):
+        docker.run(mirror_run_args(paths.name, image, repo_dir))
+        log(f"{name}: serving the stand-in toolkit repository {repo_dir}")
+    probe = (
+        "import urllib.request as u; "
+        f"u.urlopen('http://127.0.0.1:{MIRROR_PORT}/gpgkey', timeout=2).read()"
+    )
+    deadline = time.monotonic() + 30
+    while docker.run(["exec", name, "python3", "-c", probe], check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            logs = docker.out(["logs", "--tail", "20", name], check=False)
+            raise LabError(f"{name}: not serving after 30s\n{logs}")
+        time.sleep(0.5)
+    address = container_address(docker.inspect(name), net)
+    if not address:
+        raise LabError(f"{name}: no address on {net}")
+    return mirror_url(address)
+
+
+def remove_mirror(docker: Docker, lab: str) -> None:
+    ids = docker.out(["ps", "-aq", "--filter", f"label={MIRROR_LABEL}={lab}"]).split()
+    if ids:
+        docker.run(["rm", "-f", *ids])
+        log(f"{mirror_name(lab)}: removed")
+
+
 def create_container(docker: Docker, lab: str, host: HostSpec, image: str, cgroup: int) -> None:
     """docker run on a free 127.0.0.1 port; retry when another lab took it meanwhile."""
     name = container_name(lab, host.name)
@@ -1030,12 +1149,14 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
     ensure_key(paths)
     pubkey = paths.key_file.with_suffix(".pub").read_text(encoding="utf-8")
 
-    images = {r: ensure_image(docker, r, args.mirror) for r in sorted({h.release for h in hosts})}
+    releases = sorted({h.release for h in hosts} | {MIRROR_RELEASE})
+    images = {r: ensure_image(docker, r, args.mirror) for r in releases}
 
     net = network_name(paths.name)
     if not docker.exists("network", net):
         docker.run(["network", "create", "--label", f"{LABEL}={paths.name}", net])
         log(f"network {net}: created")
+    repo_url = ensure_mirror(docker, paths, images[MIRROR_RELEASE])
 
     existing = {c["Name"].lstrip("/"): c for c in lab_containers(docker, paths.name)}
     wanted = {container_name(paths.name, h.name) for h in hosts}
@@ -1110,6 +1231,7 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
         HOST_WHEELHOUSE if wheelhouse else None,
         extra,
         network_gateway(docker, net),
+        repo_url,
     )
     inv_changed = write_if_changed(paths.inventory, dump_inventory(inventory, paths.name))
     state = {
@@ -1117,7 +1239,8 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
         "inventory": str(paths.inventory.resolve()),
         "known_hosts": str(paths.known_hosts.resolve()),
         "hosts": [dataclasses.asdict(h) for h in hosts],
-        "images": images,
+        "images": {h.release: images[h.release] for h in hosts},
+        "mirror": {"container": mirror_name(paths.name), "url": repo_url},
         "cgroup": cgroup,
         "wheelhouse": str(wheelhouse) if wheelhouse else None,
     }
@@ -1142,6 +1265,7 @@ def cmd_down(args: argparse.Namespace, paths: LabPaths) -> int:
         name = info["Name"].lstrip("/")
         docker.run(["rm", "-f", "-v", name])
         log(f"{name}: removed")
+    remove_mirror(docker, paths.name)
     volumes = docker.out(["volume", "ls", "-q", "--filter", f"label={LABEL}={paths.name}"]).split()
     if volumes:
         docker.run(["volume", "rm", "-f", *volumes])
@@ -1184,6 +1308,13 @@ def cmd_status(args: argparse.Namespace, paths: LabPaths) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         log("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if docker.exists("container", mirror_name(paths.name)):
+        info = docker.inspect(mirror_name(paths.name))
+        address = container_address(info, net) or "-"
+        log(
+            f"mirror: {mirror_name(paths.name)} {info['State'].get('Status', '?')} "
+            f"http://{address}:{MIRROR_PORT} (stand-in for NVIDIA's toolkit repository)"
+        )
     log(f"inventory: {paths.inventory}")
     return 0
 
