@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Fleet operations over SSH with Fabric, straight from an Ansible YAML inventory.
+
+    scripts/fabfile.py -i INVENTORY [--limit host1,host2] status
+    scripts/fabfile.py -i INVENTORY [--limit ...] smoke [--layers L0,L1] [--python PY]
+    scripts/fabfile.py -i INVENTORY [--limit ...] plan [--reports DIR]
+
+status  GPU table of every host, in parallel (ThreadingGroup): NVML/nvidia-smi over SSH,
+        falling back to the PCI scan of the host's sysfs (gpu_info_sysfs_root in the lab).
+smoke   copy scripts/smoke/ to the hosts and run run_all.py; one line per host and layer.
+plan    show the plan of each host from reports/plan/<host>.json (playbooks/plan.yml).
+
+Hosts come from the inventory's ansible_host, ansible_port, ansible_user and
+ansible_ssh_private_key_file (group vars included). A host that is down gets a clear
+per-host error, and the others still answer.
+
+Exit codes: 0 every host answered, 1 some host failed or is down, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE_DIR = REPO / "scripts" / "smoke"
+REMOTE_DIR = "/tmp/gpuprov-smoke"  # noqa: S108  # a per-run scratch copy, overwritten
+SMI_QUERY = (
+    "nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total,"
+    "temperature.gpu,utilization.gpu --format=csv,noheader,nounits"
+)
+
+
+class UsageError(Exception):
+    """Bad input (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    port: int
+    user: str
+    key_file: str | None
+    sysfs_root: str
+    ssh_common_args: str
+
+
+def _walk(
+    group: Mapping[str, Any], inherited: Mapping[str, Any], out: dict[str, dict[str, Any]]
+) -> None:
+    gvars = {**inherited, **dict(group.get("vars") or {})}
+    for name, hv in dict(group.get("hosts") or {}).items():
+        merged = {**out.get(name, {}), **gvars, **dict(hv or {})}
+        out[name] = merged
+    for child in dict(group.get("children") or {}).values():
+        _walk(child or {}, gvars, out)
+
+
+def load_inventory(path: Path) -> list[Host]:
+    """Hosts of an Ansible YAML inventory (static values only; Jinja is not evaluated)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read inventory {path}: {exc}") from exc
+    merged: dict[str, dict[str, Any]] = {}
+    for top in data.values():
+        _walk(top or {}, {}, merged)
+    hosts = []
+    for name, hv in merged.items():
+        hosts.append(
+            Host(
+                name=name,
+                address=str(hv.get("ansible_host", name)),
+                port=int(hv.get("ansible_port", 22)),
+                user=str(hv.get("ansible_user", "root")),
+                key_file=str(hv["ansible_ssh_private_key_file"])
+                if hv.get("ansible_ssh_private_key_file")
+                else None,
+                sysfs_root=str(hv.get("gpu_info_sysfs_root", "/sys")),
+                ssh_common_args=str(hv.get("ansible_ssh_common_args", "")),
+            )
+        )
+    return hosts
+
+
+def limit_hosts(hosts: Sequence[Host], limit: str | None) -> list[Host]:
+    if not limit:
+        return list(hosts)
+    wanted = [x.strip() for x in limit.split(",") if x.strip()]
+    unknown = sorted(set(wanted) - {h.name for h in hosts})
+    if unknown:
+        raise UsageError(f"--limit names hosts not in the inventory: {', '.join(unknown)}")
+    return [h for h in hosts if h.name in wanted]
+
+
+def known_hosts_file(h: Host) -> str | None:
+    """The UserKnownHostsFile of ansible_ssh_common_args, if any (the lab sets one)."""
+    for part in h.ssh_common_args.split():
+        if part.startswith("UserKnownHostsFile="):
+            return part.split("=", 1)[1]
+    return None
+
+
+def parse_smi(text: str) -> list[dict[str, str]]:
+    keys = ("index", "name", "bus_id", "driver", "memory_mib", "temp_c", "util_pct")
+    rows = []
+    for line in text.strip().splitlines():
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) == len(keys):
+            rows.append(dict(zip(keys, cols, strict=True)))
+    return rows
+
+
+def status_command(sysfs_root: str) -> str:
+    """One shell line: nvidia-smi when it works, else the PCI scan (prefixed PCI)."""
+    scan = (
+        f"for d in {sysfs_root}/bus/pci/devices/*; do "
+        "v=$(cat $d/vendor 2>/dev/null); c=$(cat $d/class 2>/dev/null); "
+        'case "$v:$c" in 0x10de:0x0300*|0x10de:0x0302*) '
+        'echo "PCI $(basename $d) $(cat $d/device)";; esac; done'
+    )
+    return f"{SMI_QUERY} 2>/dev/null || {{ echo NO-SMI; {scan}; }}"
+
+
+def format_status(host: str, stdout: str) -> list[list[str]]:
+    if "NO-SMI" not in stdout:
+        rows = parse_smi(stdout)
+        if rows:
+            return [
+                [
+                    host,
+                    r["index"],
+                    r["name"],
+                    r["bus_id"],
+                    r["driver"],
+                    r["memory_mib"],
+                    r["temp_c"],
+                    r["util_pct"],
+                    "nvidia-smi",
+                ]
+                for r in rows
+            ]
+    pci = [line.split() for line in stdout.splitlines() if line.startswith("PCI ")]
+    if not pci:
+        return [[host, "-", "no NVIDIA device", "-", "-", "-", "-", "-", "pci"]]
+    return [
+        [host, str(i), f"10de:{dev[2:]}", bus, "no driver", "-", "-", "-", "pci"]
+        for i, (_, bus, dev) in enumerate(pci)
+    ]
+
+
+def render(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def connections(hosts: Sequence[Host], timeout: int) -> list[Any]:
+    """Fabric connections (strict host keys from the inventory's UserKnownHostsFile)."""
+    from fabric import Connection
+
+    conns = []
+    for h in hosts:
+        kwargs: dict[str, Any] = {"timeout": timeout}
+        if h.key_file:
+            kwargs["key_filename"] = h.key_file
+        c = Connection(h.address, user=h.user, port=h.port, connect_kwargs=kwargs)
+        kh = known_hosts_file(h)
+        if kh:
+            c.client.load_host_keys(kh)
+        conns.append(c)
+    return conns
+
+
+def host_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    return f"unreachable or failed: {type(exc).__name__}: {text}"[:300]
+
+
+def run_parallel(
+    hosts: Sequence[Host],
+    command_for: Callable[[Host], str],
+    timeout: int,
+    run_timeout: int,
+) -> dict[str, Any]:
+    """host name -> fabric Result or the exception, all hosts at once (ThreadingGroup).
+
+    Hosts sharing a command share one group; a host that is down yields its exception
+    and never stops the others."""
+    from fabric import ThreadingGroup
+    from fabric.exceptions import GroupException
+
+    by_command: dict[str, list[Host]] = {}
+    for h in hosts:
+        by_command.setdefault(command_for(h), []).append(h)
+    out: dict[str, Any] = {}
+    for command, members in by_command.items():
+        conns = connections(members, timeout)
+        names = {(c.host, c.port, c.user): h.name for c, h in zip(conns, members, strict=True)}
+        group = ThreadingGroup.from_connections(conns)
+        try:
+            results = group.run(command, hide=True, warn=True, timeout=run_timeout)
+        except GroupException as exc:
+            results = exc.result
+        for c, r in results.items():
+            out[names[(c.host, c.port, c.user)]] = r
+    return out
+
+
+def cmd_status(hosts: Sequence[Host], timeout: int) -> int:
+    rows = [["host", "gpu", "name", "bus", "driver", "mem MiB", "temp C", "util %", "source"]]
+    results = run_parallel(hosts, lambda h: status_command(h.sysfs_root), timeout, timeout * 6)
+    bad = 0
+    for h in hosts:
+        res = results.get(h.name)
+        if res is None or isinstance(res, BaseException):
+            bad += 1
+            rows.append(
+                [
+                    h.name,
+                    "-",
+                    host_error(res or RuntimeError("no answer")),
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
+        else:
+            rows.extend(format_status(h.name, res.stdout))
+    sys.stdout.write(render(rows))
+    return 1 if bad else 0
+
+
+def cmd_smoke(hosts: Sequence[Host], timeout: int, layers: str, python: str) -> int:
+    rows = [["host", "layer", "status", "reason"]]
+    bad = 0
+    ready: list[Host] = []
+    for h, c in zip(hosts, connections(hosts, timeout), strict=True):
+        try:
+            c.run(f"mkdir -p {REMOTE_DIR}", hide=True)
+            for f in sorted(SMOKE_DIR.glob("*.py")):
+                c.put(str(f), f"{REMOTE_DIR}/{f.name}")
+            ready.append(h)
+        except Exception as exc:  # a down host: one clear line, the others go on
+            bad += 1
+            rows.append([h.name, "-", "error", host_error(exc)])
+    results = run_parallel(
+        ready,
+        lambda h: (
+            f"python3 {REMOTE_DIR}/run_all.py --layers {layers} --required '' "
+            f"--sysfs-root {h.sysfs_root} --python {python}"
+        ),
+        timeout,
+        1800,
+    )
+    for h in ready:
+        res = results.get(h.name)
+        if res is None or isinstance(res, BaseException):
+            bad += 1
+            rows.append([h.name, "-", "error", host_error(res or RuntimeError("no answer"))])
+            continue
+        try:
+            report = json.loads(res.stdout)
+        except json.JSONDecodeError:
+            bad += 1
+            tail = (res.stdout + res.stderr).strip().splitlines()[-1:] or ["no output"]
+            rows.append([h.name, "-", "error", f"run_all.py: {tail[0]}"[:200]])
+            continue
+        for v in report["layers"]:
+            rows.append([h.name, v["layer"], v["status"], str(v["reason"])[:100]])
+            bad += v["status"] == "fail"
+    sys.stdout.write(render(rows))
+    return 1 if bad else 0
+
+
+def cmd_plan(hosts: Sequence[Host], reports: Path) -> int:
+    rows = [["host", "gpus", "driver branch", "cuda", "torch", "container", "ok"]]
+    missing = 0
+    for h in hosts:
+        f = reports / "plan" / f"{h.name}.json"
+        if not f.exists():
+            missing += 1
+            rows.append([h.name, "-", "-", "-", f"no plan ({f} missing)", "-", "-"])
+            continue
+        doc = json.loads(f.read_text(encoding="utf-8"))
+        p = doc.get("plan") or {}
+        gpus = ", ".join(str(g.get("name")) for g in (doc.get("gpu_info") or {}).get("gpus", []))
+        torch = f"{p.get('torch')}+{p.get('variant')}" if p.get("variant") else str(p.get("torch"))
+        rows.append(
+            [
+                h.name,
+                gpus or "-",
+                str((p.get("driver") or {}).get("branch")),
+                str(p.get("cuda")),
+                torch,
+                str((p.get("container") or {}).get("image", "-")),
+                str(p.get("ok")),
+            ]
+        )
+    sys.stdout.write(render(rows))
+    return 1 if missing else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("-i", "--inventory", type=Path, required=True)
+    parser.add_argument("--limit", help="comma-separated host names")
+    parser.add_argument("--timeout", type=int, default=10, help="SSH connect timeout (s)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("status", help="GPU table of every host")
+    smoke = sub.add_parser("smoke", help="run the smoke scripts on every host")
+    smoke.add_argument("--layers", default="L0,L1,L2,L3,PERF,L4")
+    smoke.add_argument("--python", default="/opt/gpuprov/venv/bin/python")
+    plan = sub.add_parser("plan", help="show each host's plan (reports/plan)")
+    plan.add_argument("--reports", type=Path, default=REPO / "reports")
+    args = parser.parse_args(argv)
+    try:
+        hosts = limit_hosts(load_inventory(args.inventory), args.limit)
+    except UsageError as exc:
+        sys.stderr.write(f"fabfile.py: {exc}\n")
+        return 2
+    if not hosts:
+        sys.stderr.write("fabfile.py: no hosts in the inventory\n")
+        return 2
+    if args.cmd == "status":
+        return cmd_status(hosts, args.timeout)
+    if args.cmd == "smoke":
+        return cmd_smoke(hosts, args.timeout, args.layers, args.python)
+    return cmd_plan(hosts, args.reports)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""PyTorch and the smoke test in the lab, for real (marked `lab`; needs a Docker engine).
+
+Two bookworm hosts of the lab (Python 3.11, the wheelhouse's torch 2.13.0+cpu): one with a
+simulated NVIDIA GPU and one without. Only the PCI devices are simulated; pip, torch,
+torchrun and the network between the hosts are real. The lab settings of both roles come
+from inventories/lab/group_vars/all/{pytorch,gpu_smoke}.yml, passed with -e @file because
+the fixture's inventory lives under .lab/<name>/.
+
+Run: GPUPROV_LAB_HOSTS=small pytest -m lab tests/lab/test_pytorch_smoke.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP_VARS = REPO / "inventories" / "lab" / "group_vars" / "all"
+EXTRA = ["-e", f"@{GROUP_VARS / 'pytorch.yml'}", "-e", f"@{GROUP_VARS / 'gpu_smoke.yml'}"]
+JOIN_TIMEOUT = 45  # gpu_smoke_dist_join_timeout in the lab file
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
+)
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    return {
+        m.group(1): {
+            "ok": int(m.group(2)),
+            "changed": int(m.group(3)),
+            "unreachable": int(m.group(4)),
+            "failed": int(m.group(5)),
+        }
+        for m in RECAP.finditer(output)
+    }
+
+
+@pytest.fixture(scope="module")
+def pair(lab):
+    """(gpu host, cpu host): bookworm hosts, one with a simulated NVIDIA GPU, one without."""
+    bookworm = [h for h, hv in lab.hosts.items() if hv.get("lab_release") == "bookworm"]
+    gpu = [h for h in bookworm if lab.hosts[h]["lab_profile"] != "cpu"]
+    cpu = [h for h in bookworm if lab.hosts[h]["lab_profile"] == "cpu"]
+    if not gpu or not cpu:
+        pytest.skip("needs a bookworm GPU-profile host and a bookworm cpu host (preset small)")
+    if not lab.hosts[gpu[0]].get("lab_wheelhouse"):
+        pytest.skip("the lab has no wheelhouse (scripts/lab.py up --wheelhouse DIR)")
+    return gpu[0], cpu[0]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    return tmp_path_factory.mktemp("reports")
+
+
+def play(lab, playbook, pair, reports, *extra):
+    return lab.ansible_playbook(
+        REPO / "playbooks" / playbook,
+        "--limit",
+        ",".join(pair),
+        *EXTRA,
+        "-e",
+        f"gpuprov_report_dir={reports}",
+        *extra,
+    )
+
+
+def test_pytorch_installs_from_the_wheelhouse_and_is_idempotent(lab, pair, reports):
+    first = play(lab, "pytorch.yml", pair, reports)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+    second = play(lab, "pytorch.yml", pair, reports)
+    assert second.returncode == 0, second.stdout[-4000:]
+    for host in pair:
+        assert recap(second.stdout)[host]["changed"] == 0, second.stdout[-4000:]
+        got = lab.ssh(
+            host,
+            "/opt/gpuprov/venv/bin/python -c "
+            "'import torch; print(torch.__version__, torch.version.cuda)'",
+        )
+        assert got.stdout.split() == ["2.13.0+cpu", "None"]
+
+
+def test_pytorch_refuses_a_cpu_build_on_a_gpu_host_unless_allowed(lab, pair, reports):
+    out = play(
+        lab,
+        "pytorch.yml",
+        pair,
+        reports,
+        "-e",
+        '{"pytorch_allow_cpu_build": false}',
+        "--tags",
+        "pytorch_preflight",
+    )
+    assert out.returncode != 0
+    assert "a CPU-only build uses none of them. Set pytorch_allow_cpu_build: true" in (
+        out.stdout + out.stderr
+    )
+
+
+def load(reports, host):
+    doc = json.loads((reports / "smoke" / f"{host}.json").read_text())
+    return doc, {v["layer"]: v for v in doc["layers"]}
+
+
+def test_smoke_verdicts_are_honest_and_all_reduce_passes(lab, pair, reports):
+    out = play(lab, "smoke.yml", pair, reports)
+    assert out.returncode == 0, out.stdout[-6000:]
+    gpu, cpu = pair
+    _, v = load(reports, gpu)
+    assert v["L0"]["status"] == "pass"
+    assert v["L0"]["details"]["source"] == "pci"
+    assert v["L0"]["details"]["detected"] >= 1
+    for layer in ("L1", "L2", "L3", "PERF", "L4"):
+        assert v[layer]["status"] in ("fail", "skipped"), (layer, v[layer])
+    assert "no driver answers" in v["L1"]["reason"]
+    assert "CPU-only build" in v["L3"]["reason"]
+    assert v["L3"]["hint"].startswith("gpu-compat explain")
+    _, w = load(reports, cpu)
+    assert w["L0"]["reason"] == "no NVIDIA device, as the inventory expects"
+    for layer in ("L1", "L2", "L3", "PERF"):
+        assert (w[layer]["status"], w[layer]["reason"]) == (
+            "skipped",
+            "no NVIDIA device on this host",
+        )
+    assert w["L4"]["status"] == "pass (cpu)"
+    assert w["L4"]["details"]["fit"]["final_loss"] < 50
+    for report in (v, w):
+        l5 = report["L5"]
+        assert l5["status"] == "pass", l5
+        assert l5["details"]["world_size"] == 2
+        gloo = l5["details"]["backends"]["gloo"]
+        assert gloo["sum_ok"]
+        assert gloo["busbw_gbs"] > 0
+
+
+def test_report_collects_the_verdicts(lab, pair, reports):
+    proc = subprocess.run(
+        ["python3", str(REPO / "scripts" / "report.py"), "--reports", str(reports), "--html"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fleet = json.loads((reports / "fleet.json").read_text())
+    assert {r["host"] for r in fleet["hosts"]} == set(pair)
+    assert (reports / "fleet.md").exists()
+    assert (reports / "fleet.html").exists()
+
+
+def test_a_stopped_host_fails_l5_in_bounded_time(lab, pair, reports):
+    """Runs last: stops the cpu host; L5 on the other host fails after the join timeout."""
+    gpu, cpu = pair
+    container = lab.hosts[cpu]["lab_container"]
+    subprocess.run(["docker", "stop", "-t", "2", container], check=True, capture_output=True)
+    try:
+        started = time.monotonic()
+        out = play(lab, "smoke.yml", pair, reports)
+        wall = time.monotonic() - started
+    finally:
+        # Its published SSH port may have been taken while it was down (another lab on the
+        # machine): then recreate it, so later sessions find a working lab.
+        restart = subprocess.run(["docker", "start", container], check=False, capture_output=True)
+        if restart.returncode != 0:
+            lab.lab_py(
+                "up",
+                "--recreate",
+                "--hosts",
+                os.environ.get("GPUPROV_LAB_HOSTS", "default"),
+                check=False,
+            )
+    assert out.returncode != 0
+    _, v = load(reports, gpu)
+    l5 = v["L5"]
+    assert l5["status"] == "fail"
+    assert l5["reason"].startswith("the rendezvous timed out: not every host joined")
+    assert l5["details"]["elapsed_s"] < JOIN_TIMEOUT + 30
+    assert wall < 240, f"smoke.yml took {wall:.0f}s with a host down"

@@ -1,0 +1,56 @@
+"""Role hygiene tested as data: argument_specs match defaults, variables carry the role prefix,
+every role has a README and a preflight, and no task hides failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_argument_specs_match_defaults(role: Path) -> None:
+    defaults = _yaml(role / "defaults" / "main.yml") or {}
+    specs = _yaml(role / "meta" / "argument_specs.yml")
+    assert specs, f"{role.name}: meta/argument_specs.yml is missing"
+    options = specs["argument_specs"]["main"].get("options") or {}
+    assert set(defaults) <= set(options), f"undeclared: {set(defaults) - set(options)}"
+    for name, spec in options.items():
+        if name in defaults:
+            assert spec.get("default") == defaults[name], f"{role.name}: {name}"
+        assert spec.get("description"), f"{role.name}: {name} has no description"
+        assert spec.get("type"), f"{role.name}: {name} has no type"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_public_variables_carry_the_role_prefix(role: Path) -> None:
+    defaults = _yaml(role / "defaults" / "main.yml") or {}
+    prefix = role.name + "_"
+    assert all(k.startswith(prefix) for k in defaults), [
+        k for k in defaults if not k.startswith(prefix)
+    ]
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_has_readme_and_preflight(role: Path) -> None:
+    assert (role / "README.md").exists()
+    text = (role / "tasks" / "main.yml").read_text()
+    assert "preflight" in text.lower() or role.name == "validate_inventory"
+
+
+def test_no_ignore_errors_anywhere() -> None:
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/**/*.yml")]
+        if "ignore_errors" in p.read_text()
+    ]
+    assert offenders == []

@@ -1,0 +1,667 @@
+"""Verdict logic of the standalone smoke scripts (scripts/smoke/), one layer at a time.
+
+Hardware and frameworks are FAKED at the function boundary: NVML through a fake pynvml
+module returned by smokelib.import_pynvml, nvidia-smi through its CSV text, torch through
+the probe dicts that l3_cuda.probe / l4_train.probe / perf.measure would return, and
+torchrun through its exit code and output. The sysfs PCI scan reads a real temporary tree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+SMOKE = Path(__file__).resolve().parents[2] / "scripts" / "smoke"
+
+
+def smoke(name: str) -> ModuleType:
+    if str(SMOKE) not in sys.path:
+        sys.path.insert(0, str(SMOKE))
+    return importlib.import_module(name)
+
+
+sl = smoke("smokelib")
+l0 = smoke("l0_hardware")
+l1 = smoke("l1_driver")
+l2 = smoke("l2_container")
+l3 = smoke("l3_cuda")
+l4 = smoke("l4_train")
+l5 = smoke("l5_distributed")
+perf = smoke("perf")
+run_all = smoke("run_all")
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def write_pci(root: Path, devices: list[tuple[str, str, str, str]]) -> Path:
+    """devices: (bus_id, vendor, device, class) as the kernel writes them."""
+    for bus, vendor, device, klass in devices:
+        d = root / "bus" / "pci" / "devices" / bus
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "device").write_text(device + "\n")
+        (d / "class").write_text(klass + "\n")
+    return root
+
+
+K40M = ("0000:3b:00.0", "0x10de", "0x1023", "0x030200")
+OTHER_VGA = ("0000:00:02.0", "0x1234", "0x1111", "0x030000")
+NV_AUDIO = ("0000:3b:00.1", "0x10de", "0x0e0f", "0x040300")
+
+
+class FakeNVML:
+    """A fake pynvml: one healthy GPU unless told otherwise."""
+
+    def __init__(
+        self, gpus: list[dict[str, object]], driver: str = "470.256.02", init_error: bool = False
+    ) -> None:
+        self.gpus = gpus
+        self.driver = driver
+        self.init_error = init_error
+
+    def nvmlInit(self) -> None:
+        if self.init_error:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return self.driver.encode()
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> dict[str, object]:
+        return self.gpus[i]
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(pciDeviceId=h["combined"], busId=b"00000000:3B:00.0")
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=12 * 1024**3)
+
+    def nvmlDeviceGetName(self, h):
+        return h["name"]
+
+    def nvmlDeviceGetUUID(self, h):
+        return "GPU-1234"
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        if h.get("no_cc"):
+            raise RuntimeError("Not Supported")
+        return (3, 5)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return h.get("temp", 40)
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return 1
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        return h.get("ecc", 0)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return h.get("pending", 0)
+
+
+# --- smokelib ---------------------------------------------------------------------------
+
+
+def test_verdict_rejects_unknown_status():
+    with pytest.raises(ValueError, match="unknown status 'ok'"):
+        sl.verdict("L0", "hardware", "ok", "x")
+
+
+def test_fail_verdict_gets_explain_hint():
+    v = sl.verdict("L3", "cuda", sl.FAIL, "no kernel image is available")
+    assert v["hint"] == "gpu-compat explain 'no kernel image is available'"
+
+
+@pytest.mark.parametrize(
+    ("status", "allow_cpu", "passes"),
+    [
+        ("pass", False, True),
+        ("skipped", False, False),
+        ("skipped", True, False),
+        ("fail", True, False),
+        ("pass (cpu)", False, False),
+        ("pass (cpu)", True, True),
+    ],
+    ids=["pass", "skipped", "skipped-allow-cpu", "fail", "cpu-not-allowed", "cpu-allowed"],
+)
+def test_skipped_never_counts_as_pass(status, allow_cpu, passes):
+    assert sl.counts_as_pass({"status": status}, allow_cpu) is passes
+
+
+def test_summarize_names_missing_and_skipped_layers():
+    verdicts = [
+        {"layer": "L0", "status": "pass", "reason": ""},
+        {"layer": "L1", "status": "skipped", "reason": sl.NO_DEVICE},
+    ]
+    s = sl.summarize(verdicts, ["L0", "L1", "L5"])
+    assert not s["ok"]
+    assert s["not_passed"] == [
+        {"layer": "L1", "status": "skipped", "reason": sl.NO_DEVICE},
+        {"layer": "L5", "status": "missing", "reason": "layer not run"},
+    ]
+
+
+def test_scan_pci_keeps_nvidia_display_devices_only(tmp_path):
+    root = write_pci(tmp_path, [K40M, OTHER_VGA, NV_AUDIO])
+    assert sl.scan_pci(str(root)) == [
+        {"index": 0, "bus_id": "0000:3b:00.0", "pci_id": "10de:1023", "name": None, "source": "pci"}
+    ]
+    assert sl.scan_pci(str(tmp_path / "missing")) == []
+
+
+def test_query_nvml_reads_a_fake_nvml(monkeypatch):
+    fake = FakeNVML([{"name": b"NVIDIA Tesla K40m", "combined": 0x102310DE, "no_cc": True}])
+    monkeypatch.setattr(sl, "import_pynvml", lambda: fake)
+    got = sl.query_nvml()
+    assert got is not None
+    assert got["driver_version"] == "470.256.02"
+    gpu = got["gpus"][0]
+    assert gpu["name"] == "Tesla K40m"
+    assert gpu["pci_id"] == "10de:1023"
+    assert gpu["bus_id"] == "0000:3b:00.0"
+    assert gpu["compute_capability"] is None  # not supported: null, never guessed
+    assert gpu["memory_mib"] == 12288
+
+
+def test_query_nvml_none_without_driver(monkeypatch):
+    monkeypatch.setattr(sl, "import_pynvml", lambda: FakeNVML([], init_error=True))
+    assert sl.query_nvml() is None
+
+
+SMI_CSV = (
+    "0, NVIDIA A100-SXM4-40GB, GPU-aaaa, 00000000:07:00.0, 0x20B010DE, 550.54.15, 40960, 33,"
+    " Enabled, 0, No\n"
+    "1, NVIDIA A100-SXM4-40GB, GPU-bbbb, 00000000:0F:00.0, 0x20B010DE, 550.54.15, 40960, [N/A],"
+    " Disabled, 2, Yes\n"
+)
+
+
+def test_parse_smi_csv():
+    got = sl.parse_smi_csv(SMI_CSV)
+    assert got["driver_version"] == "550.54.15"
+    a, b = got["gpus"]
+    assert (a["name"], a["pci_id"], a["bus_id"]) == ("A100-SXM4-40GB", "10de:20b0", "0000:07:00.0")
+    assert (a["temperature_c"], a["persistence_mode"], a["ecc_uncorrected"]) == (33, True, 0)
+    assert (b["temperature_c"], b["ecc_uncorrected"], b["retired_pages_pending"]) == (None, 2, True)
+
+
+def test_parse_smi_csv_rejects_short_rows():
+    with pytest.raises(ValueError, match="expected 11 columns"):
+        sl.parse_smi_csv("0, Tesla K40m\n")
+
+
+# --- L0 ---------------------------------------------------------------------------------------
+
+
+def pci_seen(n: int) -> dict[str, object]:
+    gpus = [
+        {"index": i, "bus_id": f"0000:{i:02x}:00.0", "pci_id": "10de:1023", "name": None}
+        for i in range(n)
+    ]
+    return {"source": "pci", "gpus": gpus, "pci": gpus}
+
+
+def test_l0_passes_on_the_simulated_k40m():
+    v = l0.judge(pci_seen(1), 1, ["Tesla K40m"], ["10de:1023"])
+    assert v["status"] == "pass"
+    assert v["reason"] == "1 NVIDIA GPU(s) as expected via pci"
+
+
+def test_l0_fails_on_a_missing_gpu():
+    v = l0.judge(pci_seen(7), 8, [], [])
+    assert v["status"] == "fail"
+    assert v["reason"].startswith("expected 8 NVIDIA GPU(s), detected 7 via pci")
+
+
+def test_l0_fails_on_the_wrong_model():
+    seen = {
+        "source": "nvml",
+        "gpus": [
+            {"index": 0, "bus_id": "0000:07:00.0", "pci_id": "10de:20b0", "name": "A100-SXM4-40GB"}
+        ],
+    }
+    v = l0.judge(seen, 1, ["Tesla K40m"], ["10de:1023"])
+    assert v["status"] == "fail"
+    assert "found 0000:07:00.0=A100-SXM4-40GB" in v["reason"]
+
+
+def test_l0_cpu_node_expected_empty_passes_and_unknown_is_skipped():
+    assert l0.judge(pci_seen(0), 0, [], [])["status"] == "pass"
+    v = l0.judge(pci_seen(0), None, [], [])
+    assert (v["status"], v["reason"]) == ("skipped", sl.NO_DEVICE)
+
+
+def test_l0_main_on_a_sysfs_tree(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sl, "query_nvml", lambda: None)
+    monkeypatch.setattr(sl, "query_smi", lambda smi=None: None)
+    root = write_pci(tmp_path, [K40M])
+    rc = l0.main(
+        ["--sysfs-root", str(root), "--expected-count", "1", "--expected-pci-id", "10de:1023"]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["status"] == "pass"
+    assert out["details"]["gpus"][0]["pci_id"] == "10de:1023"
+
+
+# --- L1 ---------------------------------------------------------------------------------------
+
+
+def nvml_answer(**gpu: object) -> dict[str, object]:
+    base = {
+        "index": 0,
+        "name": "Tesla K40m",
+        "bus_id": "0000:3b:00.0",
+        "ecc_uncorrected": 0,
+        "retired_pages_pending": False,
+        "temperature_c": 40,
+        "persistence_mode": True,
+    }
+    base.update(gpu)
+    return {"driver_version": "470.256.02", "gpus": [base], "source": "nvml"}
+
+
+def test_l1_skipped_without_devices():
+    v = l1.judge(None, [])
+    assert (v["status"], v["reason"]) == ("skipped", sl.NO_DEVICE)
+
+
+def test_l1_fails_when_devices_but_no_driver():
+    v = l1.judge(None, [{"pci_id": "10de:1023"}])
+    assert v["status"] == "fail"
+    assert v["reason"] == (
+        "1 NVIDIA device(s) on the PCI bus but no driver answers "
+        "(NVML unavailable and nvidia-smi not found)"
+    )
+    assert v["hint"].startswith("gpu-compat explain 'NVIDIA-SMI has failed")
+
+
+def test_l1_passes_a_healthy_gpu():
+    v = l1.judge(nvml_answer(), [{"pci_id": "10de:1023"}], [470])
+    assert v["status"] == "pass"
+    assert v["details"]["branch"] == 470
+
+
+@pytest.mark.parametrize(
+    ("gpu", "allowed", "needle"),
+    [
+        ({"ecc_uncorrected": 3}, (), "3 uncorrected volatile ECC errors"),
+        ({"retired_pages_pending": True}, (), "retired pages pending"),
+        ({"temperature_c": 93}, (), "93 C is above 85 C"),
+        ({}, (525, 535), "driver branch 470 does not drive every GPU here; allowed: 525, 535"),
+    ],
+    ids=["ecc", "retired-pages", "hot", "branch"],
+)
+def test_l1_fails_on_health_problems(gpu, allowed, needle):
+    v = l1.judge(nvml_answer(**gpu), [{"pci_id": "10de:1023"}], allowed)
+    assert v["status"] == "fail"
+    assert needle in v["reason"]
+
+
+# --- L2 ---------------------------------------------------------------------------------------
+
+LIST = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaaa-1111)\nGPU 1: NVIDIA A100 (UUID: GPU-bbbb)\n"
+
+
+def test_l2_parse_and_judge():
+    assert l2.parse_list(LIST) == ["GPU-aaaa-1111", "GPU-bbbb"]
+    assert l2.judge(["GPU-aaaa-1111", "GPU-bbbb"], 0, LIST, "ubuntu:22.04")["status"] == "pass"
+    v = l2.judge(["GPU-aaaa-1111", "GPU-bbbb"], 0, LIST.splitlines()[0], "ubuntu:22.04")
+    assert (v["status"], v["reason"]) == ("fail", "the container sees 1 GPU(s), the host 2")
+    v = l2.judge(
+        ["GPU-a"],
+        125,
+        'could not select device driver "" with capabilities: [[gpu]]',
+        "ubuntu:22.04",
+    )
+    assert v["status"] == "fail"
+    assert "could not select device driver" in v["reason"]
+
+
+# --- L3 ---------------------------------------------------------------------------------------
+
+
+def test_l3_skipped_on_a_host_without_devices():
+    v = l3.judge({"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False}, 0)
+    assert (v["status"], v["reason"]) == ("skipped", sl.NO_DEVICE)
+
+
+def test_l3_fails_a_cpu_build_on_a_gpu_host():
+    v = l3.judge({"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False}, 1)
+    assert v["status"] == "fail"
+    assert v["reason"] == (
+        "torch 2.13.0+cpu is a CPU-only build (torch.version.cuda is None) "
+        "on a host with 1 NVIDIA device(s)"
+    )
+    assert v["hint"] == "gpu-compat explain 'Torch not compiled with CUDA enabled'"
+
+
+def test_l3_fails_without_driver():
+    v = l3.judge({"torch": "2.5.1+cu124", "cuda_build": "12.4", "cuda_available": False}, 2)
+    assert v["status"] == "fail"
+    assert "driver missing or too old?" in v["reason"]
+
+
+def test_l3_fails_a_build_without_kernels_for_the_gpu():
+    p = {
+        "torch": "2.5.1+cu124",
+        "cuda_build": "12.4",
+        "cuda_available": True,
+        "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+        "devices": [{"index": 0, "name": "Tesla K40m", "capability": "3.5"}],
+    }
+    v = l3.judge(p, 1)
+    assert v["status"] == "fail"
+    assert v["reason"].startswith("cuda:0 Tesla K40m (sm_35): no kernel image is available")
+    assert (
+        v["hint"] == "gpu-compat explain 'no kernel image is available for execution on the device'"
+    )
+
+
+def test_l3_passes_with_ptx_coverage_and_checked_matmuls():
+    p = {
+        "torch": "2.5.1+cu124",
+        "cuda_build": "12.4",
+        "cuda_available": True,
+        "arch_list": ["sm_80", "sm_90", "compute_90"],
+        "devices": [
+            {
+                "index": 0,
+                "name": "H200",
+                "capability": "9.0",
+                "fp32_ok": True,
+                "fp16_ok": True,
+                "bf16_ok": True,
+            },
+            {"index": 1, "name": "B200", "capability": "10.0", "fp32_ok": True},
+        ],
+    }
+    v = l3.judge(p, 2)
+    assert v["status"] == "pass"
+    assert v["details"]["coverage"] == {"0": "sass sm_90", "1": "ptx compute_90"}
+
+
+def test_l3_fails_a_wrong_matmul():
+    p = {
+        "torch": "2.5.1",
+        "cuda_build": "12.4",
+        "cuda_available": True,
+        "arch_list": ["sm_80"],
+        "devices": [
+            {
+                "index": 0,
+                "name": "A100",
+                "capability": "8.0",
+                "fp32_ok": False,
+                "fp32_max_abs_err": 3.5,
+            }
+        ],
+    }
+    assert "fp32 matmul differs from the CPU (3.5)" in l3.judge(p, 1)["reason"]
+
+
+def test_l3_probe_without_torch(monkeypatch):
+    def no_torch():
+        raise ImportError("No module named 'torch'")
+
+    monkeypatch.setattr(l3, "import_torch", no_torch)
+    assert l3.probe() == {"torch": None, "import_error": "No module named 'torch'"}
+    assert l3.judge(l3.probe(), 1)["status"] == "fail"
+
+
+# --- PERF -------------------------------------------------------------------------------------
+
+FLOORS = [
+    {
+        "gpu": "Tesla K40m",
+        "matmul_tflops_fp32": 2.15,
+        "matmul_tflops_fp16": None,
+        "memory_bandwidth_gbs": 173,
+    }
+]
+
+
+def test_perf_fails_a_degraded_card_with_measured_vs_expected():
+    m = [
+        {
+            "index": 0,
+            "name": "Tesla K40m",
+            "matmul_tflops_fp32": 1.2,
+            "matmul_tflops_fp16": 1.0,
+            "memory_bandwidth_gbs": 180.0,
+        }
+    ]
+    v = perf.judge(m, FLOORS, 1)
+    assert v["status"] == "fail"
+    assert v["reason"] == (
+        "cuda:0 Tesla K40m: fp32 matmul measured 1.2 TFLOPS, expected >= 2.15 TFLOPS"
+    )
+
+
+def test_perf_passes_and_notes_unknown_models():
+    m = [
+        {
+            "index": 0,
+            "name": "Tesla K40m",
+            "matmul_tflops_fp32": 3.0,
+            "matmul_tflops_fp16": None,
+            "memory_bandwidth_gbs": 200.0,
+        },
+        {"index": 1, "name": "Mystery GPU", "matmul_tflops_fp32": 1.0},
+    ]
+    v = perf.judge(m, FLOORS, 2)
+    assert v["status"] == "pass"
+    assert v["details"]["notes"] == ["cuda:1 Mystery GPU: no floor in perf.yaml"]
+
+
+def test_perf_skipped_without_cuda():
+    assert perf.judge(None, FLOORS, 0)["reason"] == sl.NO_DEVICE
+    assert perf.judge(None, FLOORS, 1)["status"] == "skipped"
+
+
+def test_perf_floors_file_shapes(tmp_path):
+    f = tmp_path / "floors.json"
+    f.write_text(json.dumps({"floors": FLOORS}))
+    assert perf.load_floors(str(f)) == FLOORS
+    f.write_text(json.dumps(FLOORS))
+    assert perf.load_floors(str(f)) == FLOORS
+
+
+def test_perf_floor_file_of_the_matrix_matches_names():
+    from compat import data as compat_data
+
+    floors = list(compat_data.load().floors)
+    assert perf.floor_for("NVIDIA Tesla K40m", floors) is not None
+
+
+# --- L4 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cuda", "pci", "allow", "device"),
+    [
+        (True, 1, False, "cuda:0"),
+        (False, 0, True, "cpu"),
+        (False, 0, False, None),
+        (False, 1, True, None),
+    ],
+    ids=["gpu", "cpu-allowed", "cpu-not-allowed", "gpu-host-without-cuda"],
+)
+def test_l4_plan_device(cuda, pci, allow, device):
+    got, why = l4.plan_device(cuda, pci, allow)
+    assert got == device
+    if device is None:
+        assert why
+
+
+def fit(loss: float) -> dict[str, object]:
+    return {"final_loss": loss, "initial_loss": 1e5, "steps": 2000, "coefficients": []}
+
+
+def test_l4_pass_cpu_only_on_cpu():
+    p = {
+        "torch": "2.13.0+cpu",
+        "device": "cpu",
+        "fit": fit(12.3),
+        "export": {"torchscript_ok": True, "onnxruntime_ok": True},
+    }
+    v = l4.judge(p)
+    assert v["status"] == "pass (cpu)"
+    assert v["reason"] == "loss 12.29 <= 50.0 on cpu; TorchScript ok; onnxruntime ok".replace(
+        "12.29", "12.30"
+    )
+    p["device"] = "cuda:0"
+    assert l4.judge(p)["status"] == "pass"
+
+
+def test_l4_fails_a_bad_fit_and_a_bad_export():
+    p = {
+        "torch": "2.5.1",
+        "device": "cuda:0",
+        "fit": fit(4000.0),
+        "export": {"torchscript_ok": False, "onnxruntime_ok": None, "onnx_note": "x"},
+    }
+    v = l4.judge(p)
+    assert v["status"] == "fail"
+    assert v["reason"] == (
+        "cubic fit of sin(x): loss 4000.00 after 2000 steps, want <= 50.0; "
+        "TorchScript round trip differs from eager output"
+    )
+
+
+def test_l4_main_skips_a_gpu_host_without_cuda(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(l4, "cuda_available", lambda: False)
+    root = write_pci(tmp_path, [K40M])
+    assert l4.main(["--sysfs-root", str(root), "--allow-cpu"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "skipped"
+    assert out["reason"].startswith("CUDA unavailable on a host with 1 NVIDIA device(s)")
+
+
+# --- L5 ---------------------------------------------------------------------------------------
+
+
+def test_l5_command_is_bounded_and_uses_c10d():
+    cmd = l5.torchrun_command(
+        "/v/bin/python",
+        "/s/l5.py",
+        2,
+        "10.0.0.1",
+        29500,
+        "id1",
+        45,
+        True,
+        "/tmp/r.json",
+        16,
+        5,
+        45,
+        90,
+    )
+    assert cmd[:4] == ["timeout", "--kill-after=10", "90", "/v/bin/python"]
+    assert "--rdzv-backend=c10d" in cmd
+    assert "--rdzv-endpoint=10.0.0.1:29500" in cmd
+    assert "--rdzv-conf=join_timeout=45,is_host=true" in cmd
+    assert "--max-restarts=0" in cmd
+
+
+RESULT = {
+    "world_size": 2,
+    "rank": 0,
+    "backends": {
+        "gloo": {
+            "sum_ok": True,
+            "size_mib": 16,
+            "busbw_gbs": 1.5,
+            "sum_expected": 3.0,
+            "sum_got": 3.0,
+        },
+        "nccl": {"skipped": "not every rank has a CUDA device"},
+        "mpi": {"skipped": "this torch build has no MPI backend"},
+    },
+}
+
+
+def test_l5_pass_reports_bandwidth():
+    v = l5.judge(0, "", RESULT, 2, "10.0.0.1", 29500, 90, 45, 8.0)
+    assert v["status"] == "pass"
+    assert v["reason"] == "all_reduce across 2 hosts ok: gloo 16 MiB busbw 1.5 GB/s"
+
+
+def test_l5_timeout_is_a_clear_fail():
+    v = l5.judge(124, "", None, 2, "10.0.0.1", 29500, 90, 45, 90.2)
+    assert v["status"] == "fail"
+    assert v["reason"] == (
+        "torchrun did not finish within 90s and was killed: not all 2 hosts "
+        "joined the rendezvous at 10.0.0.1:29500, or a host stopped mid-run"
+    )
+
+
+def test_l5_rendezvous_timeout_is_named():
+    out = "...\ntorch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"
+    v = l5.judge(1, out, None, 2, "10.0.0.1", 29500, 90, 45, 47.0)
+    assert v["status"] == "fail"
+    assert v["reason"].startswith(
+        "the rendezvous timed out: not every host joined (exit 1 after 47s"
+    )
+
+
+def test_l5_wrong_sum_fails():
+    bad = json.loads(json.dumps(RESULT))
+    bad["backends"]["gloo"]["sum_ok"] = False
+    assert l5.judge(0, "", bad, 2, "h", 1, 90, 45, 5.0)["reason"] == "all_reduce sums wrong on gloo"
+
+
+# --- run_all ----------------------------------------------------------------------------------
+
+
+def test_run_all_turns_a_crash_into_a_fail(tmp_path):
+    bad_python = tmp_path / "python"
+    bad_python.write_text("#!/bin/sh\necho boom >&2\nexit 3\n")
+    bad_python.chmod(0o755)
+    v = run_all.run_layer("L3", str(bad_python), [], 30)
+    assert v["status"] == "fail"
+    assert v["reason"] == "l3_cuda.py crashed (exit 3): boom"
+
+
+def test_run_all_missing_python_is_a_fail(tmp_path):
+    v = run_all.run_layer("L4", str(tmp_path / "nope"), [], 30)
+    assert v["status"] == "fail"
+    assert v["reason"].startswith("cannot run ")
+
+
+def test_run_all_lab_like_host_is_honest(tmp_path, capsys):
+    """A real run of L0-L2 in subprocesses on a simulated K40m tree (no NVML, no driver here)."""
+    root = write_pci(tmp_path, [K40M])
+    rc = run_all.main(
+        [
+            "--layers",
+            "L0,L1,L2",
+            "--required",
+            "L0,L1",
+            "--sysfs-root",
+            str(root),
+            "--expected-count",
+            "1",
+            "--expected-pci-id",
+            "10de:1023",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    status = {v["layer"]: v["status"] for v in report["layers"]}
+    assert status["L0"] == "pass"
+    assert status["L1"] in ("fail", "skipped")
+    assert status["L2"] == "skipped"
+    assert rc == 1
+    assert report["not_passed"][0]["layer"] == "L1"
