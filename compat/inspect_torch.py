@@ -5,16 +5,18 @@ package directory, a site-packages directory or a virtual environment holding
 ``torch``, or a single shared object.  It reads the ``.nv_fatbin`` containers
 of every shared object (see :mod:`compat.fatbin`); nothing is imported.
 
-The build's real arch list is the set of archs present in more than
-``REAL_ARCH_SHARE`` (half) of the containers of the main torch library
-(``libtorch_cuda.so``; older builds: the torch library with the most
-containers). Measured on PyPI wheels: torch's own archs sit in 73-100 % of the
-containers (1.13.1's split ``libtorch_cuda_cu.so`` carries sm_37 in 221 of 302,
-sm_50/sm_60 in 271), vendored ones in at most 17 % (1.13.1's sm_35: 50 of 302;
-2.14.1's sm_100a/sm_103f: 59 of 475), so a 90 % bar would drop real archs of
-split builds.  Archs found only in some containers or in other libraries come
-from vendored code (cuDNN, cuBLAS, MAGMA, cusparseLt, NVSHMEM, hand-tuned
-kernels) and are reported as ``extras``, never as coverage.
+The build's real arch list is the most common set of archs among the
+containers of the main torch library (``libtorch_cuda.so``; older builds: the
+torch library with the most containers). nvcc writes one container per
+translation unit with an entry for every arch of TORCH_CUDA_ARCH_LIST, so
+torch's own kernels share one arch set, while statically linked or vendored
+code (cuDNN, cuBLAS, MAGMA, cusparseLt, NVSHMEM, hand-tuned kernels) carries
+sets of its own. Measured on PyPI's torch 1.10.2+cu102 wheel: 435 of 999
+containers carry exactly sm_37 sm_50 sm_60 sm_70 (its TORCH_CUDA_ARCH_LIST, and
+the whole of the torch-only libcaffe2_detectron_ops_gpu.so), while the
+statically linked libraries add 443 containers with sm_35 ... sm_75; counting
+per-arch shares instead would call sm_75 (470 containers) real and sm_37 (435)
+not. Archs outside that set are reported as ``extras``, never as coverage.
 
 Wheels are streamed: each library member is copied in chunks to a temporary
 file, mmapped, scanned and deleted, so memory stays bounded.
@@ -39,7 +41,6 @@ from typing import Any
 from compat.fatbin import Container, FatbinError, parse_arch, scan_file
 
 __all__ = [
-    "REAL_ARCH_SHARE",
     "InspectError",
     "InspectResult",
     "LibraryInfo",
@@ -48,7 +49,6 @@ __all__ = [
     "parse_version_py",
 ]
 
-REAL_ARCH_SHARE = 0.5
 MAIN_LIBRARIES = ("libtorch_cuda.so", "libtorch_cuda_cu.so", "libcaffe2_gpu.so")
 _CHUNK = 1 << 20
 _ELF_MAGIC = b"\x7fELF"
@@ -68,6 +68,8 @@ class LibraryInfo:
     containers: int
     archs: list[str]
     counts: dict[str, int]
+    modal_archs: list[str] = field(default_factory=list)
+    modal_containers: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,8 @@ class LibraryInfo:
             "containers": self.containers,
             "archs": list(self.archs),
             "counts": dict(self.counts),
+            "modal_archs": list(self.modal_archs),
+            "modal_containers": self.modal_containers,
         }
 
 
@@ -290,14 +294,22 @@ def _scan_path(path: Path) -> _Scan:
 
 def _library_info(name: str, containers: Sequence[Container]) -> LibraryInfo:
     counts: Counter[str] = Counter()
+    sets: Counter[frozenset[str]] = Counter()
     for container in containers:
-        counts.update(container.archs)
+        archs_of = frozenset(container.archs)
+        counts.update(archs_of)
+        if archs_of:
+            sets[archs_of] += 1
     archs = sorted(counts, key=arch_sort_key)
+    # The most common arch set; on a tie, the larger set (a build's full list over a subset).
+    modal, modal_n = max(sets.items(), key=lambda kv: (kv[1], len(kv[0])), default=((), 0))
     return LibraryInfo(
         name=name,
         containers=len(containers),
         archs=archs,
         counts={a: counts[a] for a in archs},
+        modal_archs=sorted(modal, key=arch_sort_key),
+        modal_containers=modal_n,
     )
 
 
@@ -341,8 +353,7 @@ def inspect_path(path: str | Path) -> InspectResult:
     real: set[str] = set()
     if main is not None:
         result.main_library = main.name
-        threshold = REAL_ARCH_SHARE * main.containers
-        real = {a for a, n in main.counts.items() if n > threshold}
+        real = set(main.modal_archs)
     result.sass = sorted((a for a in real if a.startswith("sm_")), key=arch_sort_key)
     result.ptx = sorted((a for a in real if a.startswith("compute_")), key=arch_sort_key)
 

@@ -47,7 +47,13 @@ def _requirement(spec: str) -> str:
     return spec if spec.startswith("torch") else f"torch=={spec}"
 
 
-def download(spec: str, dest: Path, index_url: str | None, pytorch_index: bool) -> Path:
+def download(
+    spec: str,
+    dest: Path,
+    index_url: str | None,
+    pytorch_index: bool,
+    python_version: str | None = None,
+) -> Path:
     """``pip download`` the wheel of ``spec`` into ``dest``; its path."""
     requirement = _requirement(spec)
     cmd = [
@@ -62,6 +68,9 @@ def download(spec: str, dest: Path, index_url: str | None, pytorch_index: bool) 
         requirement,
     ]
     version = requirement.split("==", 1)[-1]
+    if python_version:
+        # Old releases have no wheel for this interpreter: ask pip for another one's.
+        cmd += ["--python-version", python_version, "--platform", "manylinux1_x86_64"]
     if index_url:
         cmd += ["--index-url", index_url]
     elif pytorch_index and "+" in version:
@@ -147,7 +156,7 @@ def measure(spec: str, args: argparse.Namespace) -> InspectResult:
     if path.is_file():
         return inspect_path(path)
     with tempfile.TemporaryDirectory(prefix="gpuprov-wheel-") as tmp:
-        wheel = download(spec, Path(tmp), args.index_url, args.pytorch_index)
+        wheel = download(spec, Path(tmp), args.index_url, args.pytorch_index, args.python_version)
         print(f"measuring {wheel.name} ({wheel.stat().st_size >> 20} MiB)", file=sys.stderr)
         return inspect_path(wheel)
 
@@ -160,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pytorch-index",
         action="store_true",
         help="use download.pytorch.org/whl/<variant> for VERSION+variant specs",
+    )
+    parser.add_argument(
+        "--python-version",
+        metavar="X.Y",
+        help="download wheels built for this Python (e.g. 3.7 for torch 1.x)",
     )
     parser.add_argument("--json", action="store_true", help="print measurements as JSON")
     args = parser.parse_args(argv)
