@@ -6,11 +6,12 @@ Heavy modules load lazily so that the CLI starts fast.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from compat.model import CompatDataError, CompatError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from compat.data import Matrix
 
 __version__ = "0.1.0"

@@ -6,12 +6,14 @@ Exit codes: 0 yes/ok/found, 1 no/not found/not recognised, 2 usage or data error
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
 
 from compat.model import CompatError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, NoReturn
 
 OK, NO, USAGE = 0, 1, 2
 
@@ -90,9 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return OK
 
 
+def _json(data: Any) -> str:
+    import json  # only machine output needs it
+
+    return json.dumps(data, indent=2)
+
+
 def _emit(args: argparse.Namespace, data: Any, human: list[str]) -> None:
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=False))
+        print(_json(data))
     else:
         print("\n".join(human))
 
@@ -118,7 +126,7 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
         if hint:
             msg += f"; did you mean {', '.join(repr(h) for h in hint)}?"
         if args.json:
-            print(json.dumps({"query": args.query, "gpus": [], "suggestions": hint}))
+            print(_json({"query": args.query, "gpus": [], "suggestions": hint}))
         else:
             print(msg)
         return NO
@@ -285,7 +293,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             for d in data
         ]
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(_json(data))
     elif args.markdown:
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))

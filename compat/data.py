@@ -1,18 +1,19 @@
 """Loading, validating and caching the matrix data in ``compat/data/*.yaml``.
 
 The YAML files are the single source of truth. Parsing and validating them costs tens of
-milliseconds, so the validated result is kept as compiled JSON in the user's cache
-directory, keyed by the name, size and modification time of every YAML file; any edit makes
-a new key. Only data that passed validation is ever written to the cache.
+milliseconds, so the validated tables are kept, compiled with :mod:`marshal`, in the user's
+cache directory, keyed by the interpreter and by the name, size and modification time of
+every YAML file; any edit makes a new key. Only data that passed validation is ever written
+to the cache. The start-up path avoids ``pathlib``, ``json`` and ``typing`` (each costs
+milliseconds; see ``scripts/bench_cli.py``).
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
+import sys
 import zlib
-from pathlib import Path
-from typing import Any
 
 from compat.model import (
     GPU,
@@ -28,8 +29,14 @@ from compat.model import (
     cmp_key,
 )
 
-CACHE_FORMAT = 3
-DATA_DIR = Path(__file__).with_name("data")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+    from typing import Any
+
+CACHE_FORMAT = 4
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 # Table name -> (top-level key, required fields, file glob).
 _TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
@@ -63,45 +70,45 @@ _OPTIONAL_TABLES = {"debian", "containers", "floors"}
 _VARIANT_FIELDS = ("name", "channels", "source")
 
 
-def data_dir() -> Path:
-    override = os.environ.get("GPU_COMPAT_DATA")
-    return Path(override) if override else DATA_DIR
+def data_dir() -> str:
+    return os.environ.get("GPU_COMPAT_DATA") or DATA_DIR
 
 
-def _yaml_files(root: Path) -> list[Path]:
+def _yaml_files(root: str) -> list[str]:
     try:
-        return sorted(p for p in root.iterdir() if p.suffix == ".yaml")
+        names = os.listdir(root)
     except OSError as exc:
         raise CompatDataError(f"cannot read the matrix data directory {root}: {exc}") from exc
+    return sorted(os.path.join(root, n) for n in names if n.endswith(".yaml"))
 
 
-def _cache_path(files: list[Path]) -> Path | None:
+def _cache_path(files: Sequence[str | Path]) -> str | None:
     if os.environ.get("GPU_COMPAT_NO_CACHE"):
         return None
-    stamp = [str(CACHE_FORMAT)]
+    stamp = [str(CACHE_FORMAT), sys.implementation.cache_tag or sys.version]
     for f in files:
         try:
-            st = f.stat()
+            st = os.stat(f)
         except OSError:
             return None
-        stamp.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+        stamp.append(f"{os.fspath(f)}:{st.st_size}:{st.st_mtime_ns}")
     key = zlib.crc32("\n".join(stamp).encode()) & 0xFFFFFFFF
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpuprov" / f"matrix-{key:08x}.json"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpuprov", f"matrix-{key:08x}.marshal")
 
 
-def load_raw(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+def load_raw(root: str | Path | None = None) -> dict[str, list[dict[str, Any]]]:
     """Return the validated tables as plain dicts, from the cache when it is fresh."""
-    root = root or data_dir()
-    files = _yaml_files(root)
+    files = _yaml_files(os.fspath(root) if root is not None else data_dir())
     cache = _cache_path(files)
     if cache is not None:
         try:
-            cached: dict[str, Any] = json.loads(cache.read_bytes())
-            if cached.get("format") == CACHE_FORMAT:
+            with open(cache, "rb") as fh:
+                cached = marshal.load(fh)
+            if isinstance(cached, dict) and cached.get("format") == CACHE_FORMAT:
                 tables: dict[str, list[dict[str, Any]]] = cached["tables"]
                 return tables
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, EOFError, TypeError, KeyError):
             pass
     tables = compile_tables(files)
     if cache is not None:
@@ -109,22 +116,25 @@ def load_raw(root: Path | None = None) -> dict[str, list[dict[str, Any]]]:
     return tables
 
 
-def _write_cache(cache: Path, tables: dict[str, list[dict[str, Any]]]) -> None:
+def _write_cache(cache: str, tables: dict[str, list[dict[str, Any]]]) -> None:
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "tables": tables}))
-        tmp.replace(cache)
-    except OSError:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            marshal.dump({"format": CACHE_FORMAT, "tables": tables}, fh)
+        os.replace(tmp, cache)
+    except (OSError, ValueError):
         pass  # a read-only home only costs speed
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: str | Path) -> dict[str, Any]:
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - safe loader
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        doc = yaml.load(text, Loader=loader)  # noqa: S506 - safe loader
     except (OSError, UnicodeDecodeError) as exc:
         raise CompatDataError(f"cannot read matrix file {path}: {exc}") from exc
     except yaml.YAMLError as exc:
@@ -137,15 +147,17 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return doc
 
 
-def compile_tables(files: list[Path]) -> dict[str, list[dict[str, Any]]]:
+def compile_tables(files: Sequence[str | Path]) -> dict[str, list[dict[str, Any]]]:
     """Parse and validate every table; raise :class:`CompatDataError` naming the bad row."""
-    docs = {f.name: _read_yaml(f) for f in files}
+    from fnmatch import fnmatch
+
+    docs = {os.path.basename(f): _read_yaml(f) for f in files}
     tables: dict[str, list[dict[str, Any]]] = {}
     for table, (key, required, pattern) in _TABLES.items():
         rows: list[dict[str, Any]] = []
         found = False
         for fname, doc in docs.items():
-            if not Path(fname).match(pattern) or key not in doc:
+            if not fnmatch(fname, pattern) or key not in doc:
                 continue
             found = True
             value = doc[key]
@@ -285,7 +297,7 @@ class Matrix:
 _MATRIX: Matrix | None = None
 
 
-def load(root: Path | None = None) -> Matrix:
+def load(root: str | Path | None = None) -> Matrix:
     """The matrix (loaded once per process unless ``root`` is given)."""
     global _MATRIX
     if root is not None:

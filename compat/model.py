@@ -10,7 +10,10 @@ when the data is compiled (``compat.data``). Nothing compares versions as string
 
 from __future__ import annotations
 
-from typing import Any
+# `typing` costs a few milliseconds of start-up; annotations only need it for mypy.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 VersionKey = tuple[int, ...]
 CC = tuple[int, int]

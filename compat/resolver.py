@@ -5,9 +5,6 @@ Every function here is pure over a :class:`compat.data.Matrix`; none touches the
 
 from __future__ import annotations
 
-import difflib
-from typing import Any
-
 from compat import rules
 from compat.data import Matrix
 from compat.model import (
@@ -23,6 +20,10 @@ from compat.model import (
     cmp_key,
     version_key,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CHANNELS = ("pip", "conda")
 PIP_INDEX = "https://download.pytorch.org/whl"
@@ -92,6 +93,8 @@ def lookup(m: Matrix, query: str) -> list[GPU]:
 
 
 def suggestions(m: Matrix, query: str, n: int = 3) -> list[str]:
+    import difflib
+
     names = {_norm(x): x for g in m.gpus for x in (g.name, *g.aliases)}
     return [names[k] for k in difflib.get_close_matches(_norm(query), list(names), n, 0.5)]
 
@@ -218,6 +221,8 @@ def parse_torch(m: Matrix, spec: str) -> tuple[Release, Variant | None]:
     version, _, variant_name = str(spec).strip().partition("+")
     release = m.release(version)
     if release is None:
+        import difflib
+
         known = [r.version for r in m.releases]
         close = difflib.get_close_matches(version, known, 3, 0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

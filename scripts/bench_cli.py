@@ -9,6 +9,7 @@ issue 2 is a ratio of at most 2.0. No assertion: this is a measurement, not a te
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import statistics
@@ -31,6 +32,11 @@ def main() -> int:
     args = parser.parse_args()
     exe = shutil.which("gpu-compat", path=str(Path(sys.executable).parent)) or "gpu-compat"
     python = sys.executable
+    # An installed package has its bytecode compiled (pip does it); an editable checkout
+    # under PYTHONDONTWRITEBYTECODE=1 would recompile compat on every run.
+    import compat
+
+    compileall.compile_dir(str(Path(compat.__file__).parent), quiet=1)
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "XDG_CACHE_HOME": cache}
         resolve = [exe, "resolve", "--gpu", "Tesla K40m"]

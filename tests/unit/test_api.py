@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,13 @@ def test_cache_is_written_then_used(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("GPU_COMPAT_NO_CACHE", raising=False)
     first = compat.data.load_raw()
-    caches = list((tmp_path / "gpuprov").glob("matrix-*.json"))
+    caches = list((tmp_path / "gpuprov").glob("matrix-*.marshal"))
     assert len(caches) == 1
-    doc = json.loads(caches[0].read_text())
+    doc = marshal.loads(caches[0].read_bytes())  # noqa: S302 - the cache this test made
     assert doc["format"] == compat.data.CACHE_FORMAT
     # A cache hit returns the cached tables, not a re-parse: prove it by editing the cache.
     doc["tables"]["gpus"][0]["name"] = "edited in cache"
-    caches[0].write_text(json.dumps(doc))
+    caches[0].write_bytes(marshal.dumps(doc))
     again = compat.data.load_raw()
     assert again["gpus"][0]["name"] == "edited in cache"
     assert first["gpus"][0]["name"] != "edited in cache"
@@ -45,10 +46,10 @@ def test_corrupt_or_unwritable_cache_falls_back(
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     compat.data.load_raw()
-    cache = next((tmp_path / "gpuprov").glob("matrix-*.json"))
-    cache.write_text("{not json")
+    cache = next((tmp_path / "gpuprov").glob("matrix-*.marshal"))
+    cache.write_bytes(b"\x00garbage")
     assert compat.data.load_raw()["gpus"]  # re-parsed from YAML and rewritten
-    assert json.loads(cache.read_text())["format"] == compat.data.CACHE_FORMAT
+    assert marshal.loads(cache.read_bytes())["format"]  # noqa: S302 - our cache == compat.data.CACHE_FORMAT
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # a file: mkdir fails
@@ -58,7 +59,7 @@ def test_corrupt_or_unwritable_cache_falls_back(
 def test_editing_a_yaml_file_changes_the_cache_key(tmp_path: Path) -> None:
     root = tmp_path / "data"
     root.mkdir()
-    for f in compat.data.DATA_DIR.glob("*.yaml"):
+    for f in Path(compat.data.DATA_DIR).glob("*.yaml"):
         (root / f.name).write_text(f.read_text())
     files = sorted(root.glob("*.yaml"))
     before = compat.data._cache_path(files)

@@ -9,8 +9,11 @@ import pytest
 import yaml
 
 from compat import rules
-from compat.data import DATA_DIR, Matrix, compile_tables
+from compat.data import DATA_DIR as _DATA_DIR
+from compat.data import Matrix, compile_tables
 from compat.model import CompatDataError, cc_key, cmp_key, version_key
+
+DATA_DIR = Path(_DATA_DIR)
 
 TABLE_KEYS = {
     "architectures.yaml": "architectures",
