@@ -32,6 +32,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 SMOKE_DIR = REPO / "scripts" / "smoke"
 REMOTE_DIR = "/tmp/gpuprov-smoke"  # noqa: S108  # a per-run scratch copy, overwritten
+# gpuprov's stdlib-only modules L3 needs next to the scripts (smokelib.COMPAT_MODULES).
+COMPAT_MODULES = ("__init__.py", "model.py", "rules.py", "fatbin.py", "inspect_torch.py")
 SMI_QUERY = (
     "nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total,"
     "temperature.gpu,utilization.gpu --format=csv,noheader,nounits"
@@ -250,8 +252,11 @@ def cmd_smoke(hosts: Sequence[Host], timeout: int, layers: str, python: str) -> 
     for h, c in zip(hosts, connections(hosts, timeout), strict=True):
         try:
             c.run(f"mkdir -p {REMOTE_DIR}", hide=True)
+            c.run(f"mkdir -p {REMOTE_DIR}/compat", hide=True)
             for f in sorted(SMOKE_DIR.glob("*.py")):
                 c.put(str(f), f"{REMOTE_DIR}/{f.name}")
+            for name in COMPAT_MODULES:
+                c.put(str(REPO / "compat" / name), f"{REMOTE_DIR}/compat/{name}")
             ready.append(h)
         except Exception as exc:  # a down host: one clear line, the others go on
             bad += 1

@@ -4,7 +4,7 @@
     run_all.py [--layers L0,L1,L2,L3,PERF,L4] [--required L0,L1,L3,L4] [--allow-cpu]
                [--sysfs-root /sys] [--expected-count N] [--expected-model NAME]
                [--expected-pci-id ID] [--allowed-branches 470,535] [--floors FILE]
-               [--image IMAGE] [--python PY] [--out FILE]
+               [--image IMAGE] [--python PY] [--gpu 'NAME=X.Y' ...] [--out FILE]
 
 Each layer runs as its own script in a subprocess (with --python, e.g. the pytorch
 role's venv, for the torch layers), so one crashing layer cannot take the others
@@ -68,6 +68,8 @@ def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
         return ["--image", a.image]
     if layer == "PERF":
         return [*sysfs, *(["--floors", a.floors] if a.floors else [])]
+    if layer == "L3":
+        return [*sysfs, *(f"--gpu={g}" for g in a.gpu)]
     if layer == "L4":
         return [*sysfs, *(["--allow-cpu"] if a.allow_cpu else [])]
     if layer == "L5":
@@ -131,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--image", default="ubuntu:22.04")
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument("--layer-timeout", type=float, default=600)
+    parser.add_argument(
+        "--gpu",
+        action="append",
+        default=[],
+        metavar="NAME=X.Y",
+        help="a GPU of this host and its compute capability (the controller's gpu_info facts "
+        "or matrix), for L3's measured kernel coverage; repeatable",
+    )
     a = parser.parse_args(argv)
     layers = [x.strip().upper() for x in a.layers.split(",") if x.strip()]
     unknown = [x for x in layers if x not in SCRIPTS]

@@ -1,8 +1,10 @@
 """Shared helpers of the gpuprov smoke scripts (stdlib only; copied to each host).
 
-The smoke scripts run on hosts where the `compat` package is NOT installed, so the
-few rules they need are re-implemented here and unit-tested against compat.rules
-(tests/unit/test_smoke_coverage.py) to prove the two agree.
+The smoke scripts run on hosts where the `compat` package is NOT installed; the gpu_smoke
+role copies its stdlib-only modules (COMPAT_MODULES: the fatbin reader and compat.rules)
+to <scripts dir>/compat/, and L3 imports them through import_compat() (checked by
+tests/unit/test_smoke_coverage.py: the role copies exactly these, and they import with
+no third-party package).
 
 A verdict is a JSON object:
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -114,55 +117,24 @@ def exit_code(v: Mapping[str, Any]) -> int:
 
 
 # ---------------------------------------------------------------------------
-# The sm/compute coverage rule (mirror of compat.rules; tested against it)
+# gpuprov's stdlib-only compat modules, copied next to the scripts
+
+# The modules the gpu_smoke role copies to <scripts dir>/compat/ (they need nothing but the
+# standard library): the fatbin reader measures the arch list of the host's torch from its
+# binaries, and compat.rules is THE sm/compute coverage rule (no copy of it lives here).
+COMPAT_MODULES = ("__init__.py", "model.py", "rules.py", "fatbin.py", "inspect_torch.py")
+HERE = Path(__file__).resolve().parent
 
 
-def parse_arch(entry: str) -> tuple[str, CC, str]:
-    """``sm_90a`` -> ("sm", (9, 0), "a"); ``compute_75`` -> ("compute", (7, 5), "")."""
-    kind, _, rest = entry.partition("_")
-    suffix = ""
-    while rest and not rest[-1].isdigit():
-        suffix = rest[-1] + suffix
-        rest = rest[:-1]
-    if kind not in ("sm", "compute") or not rest.isdigit() or len(rest) < 2:
-        raise ValueError(f"not a CUDA arch entry: {entry!r} (expected sm_XY or compute_XY)")
-    return kind, (int(rest[:-1]), int(rest[-1])), suffix
-
-
-def sass_runs_on(entry: str, cc: CC) -> bool:
-    _, (major, minor), suffix = parse_arch(entry)
-    if suffix == "a":
-        return cc == (major, minor)
-    return cc[0] == major and cc[1] >= minor
-
-
-def ptx_runs_on(entry: str, cc: CC) -> bool:
-    _, (major, minor), suffix = parse_arch(entry)
-    if suffix == "a":
-        return cc == (major, minor)
-    if suffix == "f":
-        return cc[0] == major and cc[1] >= minor
-    return cc >= (major, minor)
-
-
-def coverage(arch_list: Iterable[str], cc: CC) -> tuple[str, str] | None:
-    """How a build whose ``torch.cuda.get_arch_list()`` is ``arch_list`` runs on ``cc``:
-    ("sass", entry), ("ptx", entry) or None (no kernel image). Unknown entries are ignored."""
-    sass: list[str] = []
-    ptx: list[str] = []
-    for entry in arch_list:
-        try:
-            kind, _, _ = parse_arch(entry)
-        except ValueError:
-            continue
-        (sass if kind == "sm" else ptx).append(entry)
-    runs = [e for e in sass if sass_runs_on(e, cc)]
-    if runs:
-        return "sass", max(runs, key=lambda e: parse_arch(e)[1])
-    jit = [e for e in ptx if ptx_runs_on(e, cc)]
-    if jit:
-        return "ptx", max(jit, key=lambda e: parse_arch(e)[1])
-    return None
+def import_compat() -> tuple[Any, Any]:
+    """``(compat.inspect_torch, compat.rules)``: from <scripts dir>/compat/ (the role's copy),
+    else from the gpuprov checkout the scripts live in (scripts/gpu-check.sh).
+    Raises ImportError when neither is there. Narrow seam for the unit tests."""
+    for root in (*HERE.parents[1:2], HERE):  # HERE ends up first on sys.path
+        if (root / "compat" / "inspect_torch.py").is_file() and str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    # By name: the copy is found at run time (mypy of the scripts does not see compat).
+    return importlib.import_module("compat.inspect_torch"), importlib.import_module("compat.rules")
 
 
 def parse_cc(text: str) -> CC:

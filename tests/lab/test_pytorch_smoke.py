@@ -119,8 +119,18 @@ def test_smoke_verdicts_are_honest_and_all_reduce_passes(lab, pair, reports):
     for layer in ("L1", "L2", "L3", "PERF", "L4"):
         assert v[layer]["status"] in ("fail", "skipped"), (layer, v[layer])
     assert "no driver answers" in v["L1"]["reason"]
-    assert "CPU-only build" in v["L3"]["reason"]
-    assert v["L3"]["hint"].startswith("gpu-compat explain")
+    # L3 measured the venv's torch from its binaries (no driver, no CUDA in the lab) and
+    # names each GPU of the host (compute capability from the matrix, on the controller).
+    l3 = v["L3"]
+    assert re.search(r"CPU-only build: no CUDA kernels for .+ sm_\d+", l3["reason"]), l3
+    if lab.hosts[gpu]["lab_profile"] == "k40m":
+        assert "CPU-only build: no CUDA kernels for Tesla K40m sm_35" in l3["reason"]
+    measured = l3["details"]["measured"]
+    assert (measured["torch_version"], measured["cpu_only"]) == ("2.13.0+cpu", True)
+    assert measured["sass"] == measured["ptx"] == []
+    assert {g["result"] for g in l3["details"]["gpus"]} == {"no kernel image"}
+    assert l3["hint"].startswith("gpu-compat explain 'no kernel image is available")
+    assert "gpu-compat resolve --gpu '" in l3["hint"]
     _, w = load(reports, cpu)
     assert w["L0"]["reason"] == "no NVIDIA device, as the inventory expects"
     for layer in ("L1", "L2", "L3", "PERF"):

@@ -1,25 +1,31 @@
-"""The smoke scripts' copy of the sm/compute coverage rule agrees with compat.rules.
+"""The smoke scripts judge kernel coverage with gpuprov's own compat.rules, copied to the host.
 
-The hosts have no compat package, so scripts/smoke/smokelib.py re-implements the rule;
-these tests prove the two give the same answer on a grid of arch entries and compute
-capabilities, and on every (torch variant arch list, GPU) pair of the compat data.
-Nothing is faked here: both implementations are pure functions.
+The hosts have no compat package, so the gpu_smoke role (and scripts/fabfile.py) copy the
+stdlib-only modules smokelib.COMPAT_MODULES next to the scripts; no second copy of the
+sm/compute rule lives in the scripts. These tests check that the copies are exactly the
+modules the host needs, that they import in a clean interpreter (-S -I: no site-packages,
+so no PyYAML, no packaging) with only the copied directory on sys.path, and that
+l3_cuda.py run as on a host (its own directory, the copied compat/, a fake CPU-only
+torch, no NVML, no driver) reports the measured verdict. Nothing else is faked.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
-import itertools
+import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
+import yaml
+from fatbin_builders import write_torch
 
-from compat import data as compat_data
-from compat import rules
-
-SMOKE = Path(__file__).resolve().parents[2] / "scripts" / "smoke"
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "scripts" / "smoke"
 
 
 def smoke(name: str) -> ModuleType:
@@ -30,114 +36,133 @@ def smoke(name: str) -> ModuleType:
 
 sl = smoke("smokelib")
 
-ENTRIES = [
-    "sm_35",
-    "sm_37",
-    "sm_50",
-    "sm_52",
-    "sm_53",
-    "sm_60",
-    "sm_61",
-    "sm_70",
-    "sm_75",
-    "sm_80",
-    "sm_86",
-    "sm_87",
-    "sm_89",
-    "sm_90",
-    "sm_90a",
-    "sm_100",
-    "sm_100a",
-    "sm_100f",
-    "sm_120",
-    "compute_35",
-    "compute_50",
-    "compute_70",
-    "compute_80",
-    "compute_90",
-    "compute_90a",
-    "compute_100f",
-    "compute_120",
-]
-CCS = [
-    (3, 0),
-    (3, 5),
-    (3, 7),
-    (5, 0),
-    (5, 2),
-    (6, 0),
-    (6, 1),
-    (7, 0),
-    (7, 5),
-    (8, 0),
-    (8, 6),
-    (8, 9),
-    (9, 0),
-    (10, 0),
-    (10, 3),
-    (12, 0),
-    (12, 1),
-]
+
+def _copy_compat(dest: Path) -> Path:
+    (dest / "compat").mkdir(parents=True)
+    for name in sl.COMPAT_MODULES:
+        shutil.copy(ROOT / "compat" / name, dest / "compat" / name)
+    return dest
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=ENTRIES)
-def test_parse_arch_agrees(entry):
-    assert sl.parse_arch(entry) == rules.parse_arch(entry)
+def _module_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is imported (``if TYPE_CHECKING:`` blocks and imports
+    inside functions are not run at import time)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                break
+            if isinstance(sub, ast.Import):
+                found.update(a.name for a in sub.names)
+            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
+                found.add(sub.module)
+                if sub.module == "compat":
+                    found.update(f"compat.{a.name}" for a in sub.names)
+    return found
 
 
-@pytest.mark.parametrize("bad", ["sm_", "foo_35", "sm_3", "compute_x5"], ids=str)
-def test_parse_arch_rejects_like_compat(bad):
-    with pytest.raises(ValueError, match="not a CUDA arch entry") as ours:
-        sl.parse_arch(bad)
-    with pytest.raises(ValueError, match="not a CUDA arch entry") as theirs:
-        rules.parse_arch(bad)
-    assert str(ours.value) == str(theirs.value)
+def test_the_role_and_the_fabfile_copy_exactly_these_modules() -> None:
+    tasks = yaml.safe_load((ROOT / "roles" / "gpu_smoke" / "tasks" / "install.yml").read_text())
+    copies = [
+        t["loop"]
+        for t in tasks
+        if "compat/{{ item }}" in str(t.get("ansible.builtin.copy", {}).get("src", ""))
+    ]
+    assert copies == [list(sl.COMPAT_MODULES)]
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    assert importlib.import_module("fabfile").COMPAT_MODULES == sl.COMPAT_MODULES
 
 
-@pytest.mark.parametrize(
-    ("entry", "cc"),
-    list(itertools.product(ENTRIES, CCS)),
-    ids=[f"{e}-{c[0]}.{c[1]}" for e, c in itertools.product(ENTRIES, CCS)],
-)
-def test_single_entry_rule_agrees(entry, cc):
-    kind = entry.split("_")[0]
-    if kind == "sm":
-        assert sl.sass_runs_on(entry, cc) == rules.sass_runs_on(entry, cc)
-    else:
-        assert sl.ptx_runs_on(entry, cc) == rules.ptx_runs_on(entry, cc)
-    split = (tuple(e for e in [entry] if kind == "sm"), tuple(e for e in [entry] if kind != "sm"))
-    assert sl.coverage([entry], cc) == rules.coverage(split[0], split[1], cc)
+def test_the_copied_modules_need_only_the_stdlib_and_each_other() -> None:
+    copied = {"compat" if n == "__init__.py" else f"compat.{n[:-3]}" for n in sl.COMPAT_MODULES}
+    for name in sl.COMPAT_MODULES:
+        for mod in _module_level_imports(ROOT / "compat" / name):
+            top = mod.split(".")[0]
+            assert top in sys.stdlib_module_names or mod in copied, (name, mod)
 
 
-def _variant_lists() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
-    m = compat_data.load()
-    out = []
-    for release in m.releases:
-        for v in release.variants:
-            if v.sass or v.ptx:
-                out.append((f"{release.version}+{v.name}", tuple(v.sass), tuple(v.ptx)))
-    return out
-
-
-def test_coverage_agrees_on_every_variant_and_gpu():
-    """torch.cuda.get_arch_list() mixes sm_ and compute_ entries; split them as compat does."""
-    m = compat_data.load()
-    ccs = sorted(
-        {
-            sl.parse_cc(".".join(map(str, g.compute_capability)))
-            if isinstance(g.compute_capability, tuple)
-            else sl.parse_cc(str(g.compute_capability))
-            for g in m.gpus
-        }
+def test_the_copies_import_in_a_clean_interpreter(tmp_path: Path) -> None:
+    host = _copy_compat(tmp_path / "smoke")
+    write_torch(tmp_path / "site")
+    code = f"""
+import json, sys
+sys.path.insert(0, {str(host)!r})
+from compat import inspect_torch, rules
+r = inspect_torch.inspect_path({str(tmp_path / "site")!r})
+ours = ("compat", "__main__")
+foreign = sorted(m for m in sys.modules
+                 if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] not in ours)
+print(json.dumps({{"file": inspect_torch.__file__, "foreign": foreign, "sass": r.sass,
+                  "k40m": rules.coverage(tuple(r.sass), tuple(r.ptx), (3, 5)),
+                  "a100": rules.coverage(tuple(r.sass), tuple(r.ptx), (8, 0))}}))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, check=False
     )
-    checked = 0
-    for _, sass, ptx in _variant_lists():
-        arch_list = list(sass) + list(ptx)
-        for cc in ccs:
-            assert sl.coverage(arch_list, cc) == rules.coverage(sass, ptx, cc), (arch_list, cc)
-            checked += 1
-    assert checked > 100
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["file"] == str(host / "compat" / "inspect_torch.py")
+    assert out["foreign"] == []
+    assert out["sass"] == ["sm_80", "sm_86", "sm_90"]
+    assert (out["k40m"], out["a100"]) == (None, ["sass", "sm_80"])
 
 
-def test_unknown_entries_in_arch_list_are_ignored():
-    assert sl.coverage(["sm_80", "gfx90a"], (8, 6)) == ("sass", "sm_80")
+def test_no_copy_of_the_rule_lives_in_the_scripts() -> None:
+    for name in ("coverage", "sass_runs_on", "ptx_runs_on", "parse_arch"):
+        assert not hasattr(sl, name), name
+    _, rules = sl.import_compat()
+    assert rules.__file__ == str(ROOT / "compat" / "rules.py")
+
+
+FAKE_TORCH_INIT = """from . import version
+from .version import __version__
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+"""
+
+
+def test_l3_runs_as_on_a_host_with_a_cpu_build_and_a_k40m(tmp_path: Path) -> None:
+    """The scripts and the copied compat/ in one directory, run with -S (no site-packages:
+    neither gpuprov's compat nor pynvml); torch is a fake CPU build on PYTHONPATH."""
+    host = _copy_compat(tmp_path / "smoke")
+    for script in SMOKE.glob("*.py"):
+        shutil.copy(script, host / script.name)
+    torch_dir = write_torch(tmp_path / "site", cuda=False)
+    (torch_dir / "__init__.py").write_text(FAKE_TORCH_INIT)
+    dev = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:3b:00.0"
+    dev.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("device", "0x1023"), ("class", "0x030200")):
+        (dev / name).write_text(value + "\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            str(host / "l3_cuda.py"),
+            "--sysfs-root",
+            str(tmp_path / "sys"),
+            "--gpu",
+            "Tesla K40m=3.5",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert proc.returncode == 1, proc.stderr
+    v = json.loads(proc.stdout)
+    assert v["status"] == "fail"
+    assert v["reason"] == (
+        "torch 2.9.1+cpu is a CPU-only build: no CUDA kernels for Tesla K40m sm_35 "
+        "(measured from its libraries: no .nv_fatbin section)"
+    )
+    assert v["details"]["measured"]["path"] == str(torch_dir)
+    assert v["details"]["measured"]["cpu_only"] is True
+    assert v["hint"].endswith("gpu-compat resolve --gpu 'Tesla K40m'")
