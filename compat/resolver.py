@@ -487,6 +487,22 @@ def _best(evs: list[Evaluation]) -> Evaluation | None:
     return max(ok, key=lambda e: e.rank()) if ok else None
 
 
+def _host(
+    m: Matrix,
+    gpus: list[Any] | tuple[Any, ...],
+    driver: str | None,
+    python: str | None,
+    channel: str | None,
+) -> tuple[list[Target], DriverVersion | None, str | None, str]:
+    """Parse and validate a host's description: GPUs, driver, Python, channel."""
+    return (
+        targets(m, list(gpus)),
+        parse_driver(driver),
+        parse_python(python),
+        parse_channel(channel),
+    )
+
+
 def check(
     m: Matrix,
     gpus: list[Any] | tuple[Any, ...],
@@ -496,10 +512,7 @@ def check(
     channel: str | None = None,
 ) -> dict[str, Any]:
     """Whether ``torch`` (``V`` or ``V+VARIANT``) runs on a host with these GPUs."""
-    tgts = targets(m, list(gpus))
-    drv = parse_driver(driver)
-    py = parse_python(python)
-    ch = parse_channel(channel)
+    tgts, drv, py, ch = _host(m, gpus, driver, python, channel)
     release, variant = parse_torch(m, torch)
     candidates = (variant,) if variant is not None else release.variants
     evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in candidates]
@@ -609,10 +622,7 @@ def resolve(
     channel: str | None = None,
 ) -> dict[str, Any]:
     """The newest official build that runs on every GPU of a host, and why."""
-    tgts = targets(m, list(gpus))
-    drv = parse_driver(driver)
-    py = parse_python(python)
-    ch = parse_channel(channel)
+    tgts, drv, py, ch = _host(m, gpus, driver, python, channel)
     for release in reversed(m.releases):
         if py is not None and py not in release.python:
             continue
@@ -968,9 +978,7 @@ def check_measured(
 ) -> dict[str, Any]:
     """The rules applied to an arch list measured from a binary (``gpu-compat inspect``)
     instead of the table's."""
-    tgts = targets(m, list(gpus))
-    drv = parse_driver(driver)
-    py = parse_python(python)
+    tgts, drv, py, _ = _host(m, gpus, driver, python, None)
     full = str(measured.get("torch_version") or "")
     version, _, local = full.partition("+")
     cuda = measured.get("cuda")
