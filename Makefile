@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help venv deps lint unit test test-lab lab lab-up lab-down lab-status site report check \
         syntax \
-        bench readme-table
+        bench bench-site readme-table
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -70,6 +70,9 @@ check: deps  ## --check --diff against INV
 bench: venv  ## speed ratios (CLI start-up vs bare Python)
 	$(BIN)/python -m compileall -q compat
 	$(BIN)/python scripts/bench_cli.py
+
+bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; 4 hosts vs 1)
+	$(BIN)/python scripts/bench_site.py
 
 readme-table: venv  ## regenerate the README support table from compat/data
 	$(BIN)/python scripts/readme_table.py README.md

@@ -1121,9 +1121,31 @@ def remove_mirror(docker: Docker, lab: str) -> None:
         log(f"{mirror_name(lab)}: removed")
 
 
+FACT_CACHES = (REPO / ".cache" / "ansible-facts",)  # ansible.cfg's fact_caching_connection
+
+
+def forget_cached_facts(lab: str, host: str) -> list[Path]:
+    """Remove Ansible's cached facts of `host` (a new container is a new machine).
+
+    The jsonfile cache is keyed by inventory host name (files `<prefix>_<host>` or
+    `<host>`), and lab host names repeat across labs; the lab tests use
+    .lab/NAME/facts. Returns the removed files.
+    """
+    removed: list[Path] = []
+    for cache in (*FACT_CACHES, STATE_ROOT / lab / "facts"):
+        if not cache.is_dir():
+            continue
+        for entry in cache.iterdir():
+            if entry.is_file() and (entry.name == host or entry.name.rsplit("_", 1)[-1] == host):
+                entry.unlink()
+                removed.append(entry)
+    return removed
+
+
 def create_container(docker: Docker, lab: str, host: HostSpec, image: str, cgroup: int) -> None:
     """docker run on a free 127.0.0.1 port; retry when another lab took it meanwhile."""
     name = container_name(lab, host.name)
+    forget_cached_facts(lab, host.name)
     for _ in range(5):
         port = allocate_ports(1, taken_ports(docker), port_is_free)[0]
         proc = docker.run(docker_run_args(lab, host, image, port, cgroup), check=False)

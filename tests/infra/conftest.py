@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,19 @@ t=/usr/bin/true; [ -x "$t" ] || t=/bin/true
 files="$t $(ldd "$t" | grep -o '/[^ ]*' | sort -u | tr '\n' ' ')"
 tar -chf - $files 2>/dev/null | docker import -c 'CMD ["/usr/bin/true"]' - "$1" >/dev/null
 """
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let testinfra find ansible-inventory next to this interpreter.
+
+    testinfra's ansible:// backend runs `ansible-inventory` from PATH; `.venv/bin/pytest`
+    without an activated virtualenv would not find the one installed beside it.
+    """
+    del config
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if (Path(bindir) / "ansible-inventory").exists() and bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -78,6 +93,23 @@ def role_vars(host: Any, role: str) -> dict[str, Any]:
         inventory = {}
     result.update({k: v for k, v in inventory.items() if k.startswith(f"{role}_")})
     return result
+
+
+@pytest.fixture(autouse=True)
+def _play_group(request: pytest.FixtureRequest) -> None:
+    """Skip hosts outside the group a test module's playbook targets.
+
+    A module that sets ``PLAY_GROUP = "gpu_nodes"`` (the driver and toolkit plays run on
+    gpu_nodes only) is skipped on other hosts, so ``--hosts=ansible://all`` checks each host
+    against what the playbooks really applied to it (the inventory's groups decide).
+    """
+    group = getattr(request.module, "PLAY_GROUP", None)
+    if group is None:
+        return
+    host = request.getfixturevalue("host")
+    groups = host.ansible.get_variables().get("group_names") or []
+    if group not in groups:
+        pytest.skip(f"not in {group} (the playbook of this module targets {group} only)")
 
 
 @pytest.fixture

@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+# playbooks/driver.yml targets gpu_nodes: other hosts are skipped (conftest.py).
+PLAY_GROUP = "gpu_nodes"
+
 FACT_FILE = "/etc/ansible/facts.d/gpuprov.fact"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 UNATTENDED_BLACKLIST = "/etc/apt/apt.conf.d/51gpuprov-nvidia-blacklist"

@@ -2,9 +2,10 @@
 
     pytest tests/infra/test_toolkit.py --hosts=ansible://gpu_nodes --ansible-inventory=INV
 
-In the lab the toolkit packages come from a signed stand-in repository
-(tests/lab/aptrepo.py): real repository, key, install and configure path, stub contents
-(nvidia-container-runtime execs runc; no GPU is injected).
+In the lab the toolkit packages come from a signed stand-in for NVIDIA's repository
+(scripts/lab/aptrepo.py, served by the lab's mirror container): real repository, key,
+install and configure path, stub contents (nvidia-container-runtime execs runc; no GPU
+is injected).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import pytest
 
 # Attached to failure reports by conftest.py.
 JOURNAL_UNITS = ("docker", "containerd")
+# playbooks/toolkit.yml targets gpu_nodes: other hosts are skipped (conftest.py).
+PLAY_GROUP = "gpu_nodes"
 
 PACKAGES = [
     "nvidia-container-toolkit",

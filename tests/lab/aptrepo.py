@@ -1,408 +1,52 @@
-"""A small signed apt repository that stands in for NVIDIA's container toolkit repository.
+"""Re-export of scripts/lab/aptrepo.py for the tests (the builder moved there so that
+``scripts/lab.py up`` can serve it to the lab without the test suite).
 
-NVIDIA's repository (https://nvidia.github.io/libnvidia-container) cannot be reached from
-the lab, so the lab tests build their own: stub ``.deb`` packages with the real package
-names (``nvidia-container-toolkit``, ``nvidia-container-toolkit-base``,
-``libnvidia-container-tools``, ``libnvidia-container1``), indexed with
-``dpkg-scanpackages``, a ``Release`` file signed into ``InRelease`` and ``Release.gpg``
-with a throwaway GPG key, and the key published as ``gpgkey``, in the same flat layout as
-NVIDIA's (``<url>/stable/deb/<arch>/`` with suite ``/``, key at ``<url>/gpgkey``). The
-``nvidia_container_toolkit`` role then runs its real repository, key, install and
-configure path against it; only the package contents are stubs:
-
-- ``nvidia-container-runtime`` is a wrapper that execs ``runc`` (so
-  ``docker run --runtime=nvidia`` really runs a container, without GPU injection);
-- ``nvidia-ctk`` answers ``--version``, ``cdi generate`` (a stub CDI spec) and
-  ``runtime configure --runtime=containerd`` (adds a ``nvidia`` runtime table).
-
-Usage from tests::
-
-    repo_dir, key_path = build_signed_repo(tmp_path)
-    url = serve(repo_dir, gateway_ip("h8-net"))   # e.g. http://172.18.0.1:38211
-    extra_vars = role_vars(url)   # nvidia_container_toolkit_apt_repo_url / _gpg_key_url
-    ...
-    shutdown()
-
-From a shell (to run the playbooks by hand against the lab)::
-
-    python tests/lab/aptrepo.py build /tmp/repo
-    python tests/lab/aptrepo.py serve /tmp/repo/repo 172.18.0.1 --port 8765
-    python tests/lab/aptrepo.py selfcheck      # build, serve and `apt-get update` it locally
-
-Needs ``dpkg-deb``, ``dpkg-scanpackages`` (dpkg-dev) and ``gpg`` on the controller.
+The repository it builds is a signed STAND-IN for NVIDIA's container toolkit repository
+(stub packages with NVIDIA's package names); see scripts/lab/aptrepo.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import gzip
-import hashlib
-import http.server
-import os
-import shutil
-import subprocess
+import importlib.util
 import sys
-import tempfile
-import textwrap
-import threading
-from collections.abc import Sequence
-from email.utils import formatdate
 from pathlib import Path
 
-DEFAULT_VERSIONS = ("1.17.8-1", "1.18.0-1")
-"""Versions built by default: two, so that version pins can be tested."""
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "lab" / "aptrepo.py"
+_NAME = "gpuprov_lab_aptrepo"
 
-KEY_UID = "gpuprov lab test repository <lab@gpuprov.invalid>"
+if _NAME in sys.modules:
+    _module = sys.modules[_NAME]
+else:
+    _spec = importlib.util.spec_from_file_location(_NAME, _PATH)
+    assert _spec is not None
+    assert _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules[_NAME] = _module
+    _spec.loader.exec_module(_module)
 
-RUNTIME_WRAPPER = """\
-#!/bin/sh
-# gpuprov lab stub of nvidia-container-runtime: no GPU injection, just runc.
-for runc in /usr/bin/runc /usr/sbin/runc /usr/local/bin/runc /usr/local/sbin/runc; do
-    if [ -x "$runc" ]; then
-        exec "$runc" "$@"
-    fi
-done
-exec runc "$@"
-"""
+DEFAULT_VERSIONS = _module.DEFAULT_VERSIONS
+build_signed_repo = _module.build_signed_repo
+ensure_repo = _module.ensure_repo
+gateway_ip = _module.gateway_ip
+host_arch = _module.host_arch
+recipe_hash = _module.recipe_hash
+role_vars = _module.role_vars
+selfcheck = _module.selfcheck
+serve = _module.serve
+shutdown = _module.shutdown
 
-NVIDIA_CTK = """\
-#!/bin/sh
-# gpuprov lab stub of nvidia-ctk (version @VERSION@).
-set -eu
-case "${1:-}" in
---version | -v | version)
-    echo "NVIDIA Container Toolkit CLI version @VERSION@ (gpuprov lab stub)"
-    ;;
-cdi)
-    [ "${2:-}" = generate ] || { echo "stub nvidia-ctk: unsupported: $*" >&2; exit 2; }
-    output=""
-    for arg in "$@"; do
-        case "$arg" in --output=*) output="${arg#--output=}" ;; esac
-    done
-    spec='---
-cdiVersion: 0.5.0
-kind: nvidia.com/gpu
-devices: []
-containerEdits: {}
-'
-    if [ -n "$output" ]; then
-        mkdir -p "$(dirname "$output")"
-        printf '%s' "$spec" >"$output"
-    else
-        printf '%s' "$spec"
-    fi
-    ;;
-runtime)
-    [ "${2:-}" = configure ] || { echo "stub nvidia-ctk: unsupported: $*" >&2; exit 2; }
-    runtime=docker
-    config=""
-    default=false
-    for arg in "$@"; do
-        case "$arg" in
-        --runtime=*) runtime="${arg#--runtime=}" ;;
-        --config=*) config="${arg#--config=}" ;;
-        --set-as-default) default=true ;;
-        esac
-    done
-    [ "$runtime" = containerd ] || { echo "stub nvidia-ctk: only containerd" >&2; exit 2; }
-    config="${config:-/etc/containerd/config.toml}"
-    mkdir -p "$(dirname "$config")"
-    if ! grep -qs '^version' "$config"; then
-        printf 'version = 2\\n' >>"$config"
-    fi
-    prefix='[plugins."io.containerd.grpc.v1.cri".containerd'
-    if ! grep -qs 'containerd.runtimes.runc]' "$config"; then
-        {
-            printf '\n%s.runtimes.runc]\n' "$prefix"
-            printf '  runtime_type = "io.containerd.runc.v2"\n'
-        } >>"$config"
-    fi
-    if ! grep -qs 'containerd.runtimes.nvidia]' "$config"; then
-        {
-            printf '\\n%s.runtimes.nvidia]\\n' "$prefix"
-            printf '  runtime_type = "io.containerd.runc.v2"\\n'
-            printf '%s.runtimes.nvidia.options]\\n' "$prefix"
-            printf '  BinaryName = "/usr/bin/nvidia-container-runtime"\\n'
-        } >>"$config"
-    fi
-    if [ "$default" = true ]; then
-        echo "stub nvidia-ctk: --set-as-default is recorded only" >&2
-        touch "$config.nvidia-default"
-    fi
-    ;;
-*)
-    echo "stub nvidia-ctk: unsupported: $*" >&2
-    exit 2
-    ;;
-esac
-"""
-
-
-def _run(args: Sequence[str | Path], env: dict[str, str] | None = None) -> str:
-    result = subprocess.run(
-        [str(a) for a in args], check=True, capture_output=True, text=True, env=env
-    )
-    return result.stdout
-
-
-def host_arch() -> str:
-    """The Debian architecture of this machine (the lab hosts share it)."""
-    return _run(["dpkg", "--print-architecture"]).strip()
-
-
-def _deb(
-    out_dir: Path,
-    work: Path,
-    name: str,
-    version: str,
-    depends: Sequence[str],
-    files: dict[str, str],
-) -> Path:
-    """Build one stub package; ``files`` maps absolute paths to contents (made executable)."""
-    root = work / f"{name}_{version}"
-    (root / "DEBIAN").mkdir(parents=True)
-    control = [
-        f"Package: {name}",
-        f"Version: {version}",
-        "Architecture: all",
-        "Maintainer: gpuprov lab <lab@gpuprov.invalid>",
-        "Section: utils",
-        "Priority: optional",
-    ]
-    if depends:
-        control.append("Depends: " + ", ".join(depends))
-    control.append(f"Description: gpuprov lab stub of {name}")
-    control.append(" Stands in for NVIDIA's package in the lab tests; it drives no GPU.")
-    (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
-    doc = root / "usr" / "share" / "doc" / name
-    doc.mkdir(parents=True)
-    (doc / "README.gpuprov-stub").write_text(f"gpuprov lab stub of {name} {version}\n")
-    for path, content in files.items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-        target.chmod(0o755)
-    deb = out_dir / f"{name}_{version}_all.deb"
-    _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, deb])
-    return deb
-
-
-def build_packages(out_dir: Path, work: Path, version: str) -> list[Path]:
-    """The four stub packages of one toolkit version, with NVIDIA's dependency chain."""
-    pin = f"(= {version})"
-    upstream = version.split("-", 1)[0]
-    return [
-        _deb(out_dir, work, "libnvidia-container1", version, [], {}),
-        _deb(
-            out_dir,
-            work,
-            "libnvidia-container-tools",
-            version,
-            [f"libnvidia-container1 {pin}"],
-            {"/usr/bin/nvidia-container-cli": f'#!/bin/sh\necho "cli-version: {upstream}"\n'},
-        ),
-        _deb(
-            out_dir,
-            work,
-            "nvidia-container-toolkit-base",
-            version,
-            [],
-            {
-                "/usr/bin/nvidia-ctk": NVIDIA_CTK.replace("@VERSION@", upstream),
-                "/usr/bin/nvidia-container-runtime": RUNTIME_WRAPPER,
-            },
-        ),
-        _deb(
-            out_dir,
-            work,
-            "nvidia-container-toolkit",
-            version,
-            [f"nvidia-container-toolkit-base {pin}", f"libnvidia-container-tools {pin}"],
-            {"/usr/bin/nvidia-container-runtime-hook": "#!/bin/sh\nexit 0\n"},
-        ),
-    ]
-
-
-def _release(dist: Path) -> str:
-    """The Release file of a flat repository in ``dist``."""
-    files = [dist / "Packages", dist / "Packages.gz"]
-    lines = [
-        "Origin: gpuprov-lab",
-        "Label: gpuprov lab stand-in for libnvidia-container",
-        f"Date: {formatdate(usegmt=True)}",
-        "Acquire-By-Hash: no",
-    ]
-    for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
-        lines.append(f"{field}:")
-        for path in files:
-            data = path.read_bytes()
-            digest = hashlib.new(algo, data).hexdigest()
-            lines.append(f" {digest} {len(data)} {path.name}")
-    return "\n".join(lines) + "\n"
-
-
-def build_signed_repo(
-    tmpdir: Path, versions: Sequence[str] = DEFAULT_VERSIONS, arch: str | None = None
-) -> tuple[Path, Path]:
-    """Build and sign the stand-in repository under ``tmpdir``.
-
-    Returns ``(repo_dir, key_path)``: serve ``repo_dir`` over HTTP; the repository is
-    ``<url>/stable/deb/<arch>`` (suite ``/``) and its ASCII-armored public key is
-    ``key_path``, also served as ``<url>/gpgkey``.
-    """
-    tmpdir = Path(tmpdir)
-    repo_dir = tmpdir / "repo"
-    dist = repo_dir / "stable" / "deb" / (arch or host_arch())
-    dist.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="pkgs.", dir=tmpdir))
-    for version in versions:
-        build_packages(dist, work, version)
-    shutil.rmtree(work)
-
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."],
-        cwd=dist,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    (dist / "Packages").write_text(packages)
-    (dist / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
-    (dist / "Release").write_text(_release(dist))
-
-    # A short GNUPGHOME: gpg-agent's socket path must stay under ~100 characters.
-    gnupghome = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
-    env = dict(os.environ, GNUPGHOME=str(gnupghome), LC_ALL="C")
-    try:
-        gpg = ["gpg", "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", ""]
-        _run([*gpg, "--quick-gen-key", KEY_UID, "ed25519", "sign", "never"], env=env)
-        key = _run([*gpg, "--armor", "--export", KEY_UID], env=env)
-        _run([*gpg, "--clearsign", "-o", dist / "InRelease", dist / "Release"], env=env)
-        _run([*gpg, "-abs", "-o", dist / "Release.gpg", dist / "Release"], env=env)
-    finally:
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False)
-        shutil.rmtree(gnupghome, ignore_errors=True)
-    key_path = tmpdir / "gpgkey.asc"
-    key_path.write_text(key)
-    (repo_dir / "gpgkey").write_text(key)
-    return repo_dir, key_path
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # stdlib's parameter name
-        if os.environ.get("GPUPROV_APTREPO_LOG"):
-            super().log_message(format, *args)
-
-
-_SERVERS: list[http.server.ThreadingHTTPServer] = []
-
-
-def serve(repo_dir: Path, host: str, port: int = 0) -> str:
-    """Serve ``repo_dir`` on ``host`` (the lab network's gateway address) in a daemon thread.
-
-    Returns the base URL. Lab hosts cannot reach the controller's 127.0.0.1, so ``host``
-    is the gateway IP of the lab's Docker network. ``port=0`` picks a free port.
-    Stop with :func:`shutdown`.
-    """
-    handler = functools.partial(_QuietHandler, directory=str(repo_dir))
-    server = http.server.ThreadingHTTPServer((host, port), handler)
-    thread = threading.Thread(target=server.serve_forever, name="aptrepo", daemon=True)
-    thread.start()
-    _SERVERS.append(server)
-    bound_port = server.server_address[1]
-    return f"http://{host}:{bound_port}"
-
-
-def shutdown() -> None:
-    """Stop every server :func:`serve` started."""
-    while _SERVERS:
-        server = _SERVERS.pop()
-        server.shutdown()
-        server.server_close()
-
-
-def gateway_ip(network: str) -> str:
-    """The gateway address of a Docker network (where lab hosts reach the controller)."""
-    return _run(
-        ["docker", "network", "inspect", network, "-f", "{{(index .IPAM.Config 0).Gateway}}"]
-    ).strip()
-
-
-def role_vars(url: str) -> dict[str, str]:
-    """The nvidia_container_toolkit variables that point the role at a served repository."""
-    return {
-        "nvidia_container_toolkit_apt_repo_url": f"{url}/stable/deb/$(ARCH)",
-        "nvidia_container_toolkit_apt_gpg_key_url": f"{url}/gpgkey",
-    }
-
-
-def selfcheck() -> int:
-    """Build, serve on 127.0.0.1 and ``apt-get update`` + ``apt-cache policy`` it locally.
-
-    Uses a private apt state directory, so the machine's own apt configuration is untouched.
-    """
-    with tempfile.TemporaryDirectory(prefix="aptrepo.") as tmp:
-        base = Path(tmp)
-        repo_dir, key_path = build_signed_repo(base)
-        url = serve(repo_dir, "127.0.0.1")
-        state = base / "apt"
-        for sub in ("lists/partial", "cache/archives/partial", "etc/sources.list.d"):
-            (state / sub).mkdir(parents=True)
-        (state / "etc" / "sources.list.d" / "test.sources").write_text(
-            textwrap.dedent(
-                f"""\
-                Types: deb
-                URIs: {url}/stable/deb/$(ARCH)
-                Suites: /
-                Signed-By: {key_path}
-                """
-            )
-        )
-        (state / "status").touch()
-        opts = [
-            f"-oDir::State={state}",
-            f"-oDir::State::Lists={state / 'lists'}",
-            f"-oDir::State::status={state / 'status'}",
-            f"-oDir::Cache={state / 'cache'}",
-            f"-oDir::Etc::SourceList={state / 'none.list'}",
-            f"-oDir::Etc::SourceParts={state / 'etc' / 'sources.list.d'}",
-            "-oDebug::NoLocking=1",
-        ]
-        subprocess.run(["apt-get", *opts, "update"], check=True)
-        out = _run(["apt-cache", *opts, "policy", "nvidia-container-toolkit"])
-        print(out)
-        shutdown()
-        ok = all(v in out for v in DEFAULT_VERSIONS)
-        return 0 if ok else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True)
-    build = sub.add_parser("build", help="build and sign the repository under DIR")
-    build.add_argument("dir", type=Path)
-    srv = sub.add_parser("serve", help="serve REPO_DIR on HOST until interrupted")
-    srv.add_argument("repo_dir", type=Path)
-    srv.add_argument("host")
-    srv.add_argument("--port", type=int, default=0)
-    sub.add_parser("selfcheck", help="build, serve locally and apt-get update it")
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        args.dir.mkdir(parents=True, exist_ok=True)
-        repo_dir, key_path = build_signed_repo(args.dir)
-        print(f"repo_dir={repo_dir}\nkey_path={key_path}")
-        return 0
-    if args.command == "serve":
-        url = serve(args.repo_dir, args.host, args.port)
-        print(url, flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            shutdown()
-        return 0
-    return selfcheck()
-
+__all__ = [
+    "DEFAULT_VERSIONS",
+    "build_signed_repo",
+    "ensure_repo",
+    "gateway_ip",
+    "host_arch",
+    "recipe_hash",
+    "role_vars",
+    "selfcheck",
+    "serve",
+    "shutdown",
+]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_module.main())

@@ -91,6 +91,9 @@ class Lab:
         env = dict(os.environ)
         if (REPO / "ansible.cfg").exists():
             env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+        # A fact cache of this lab's own: labs reuse host names (lab-k40m, ...), and
+        # ansible.cfg's jsonfile cache would hand one lab's facts to another.
+        env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(REPO / ".lab" / self.name / "facts"))
         return subprocess.run(
             [exe, "-i", str(self.inventory), *args],
             capture_output=True,
@@ -102,11 +105,26 @@ class Lab:
         )
 
 
+# Lab test modules that must run first in the session, in this order: test_site.py starts
+# with `site.yml --check` on fresh hosts, before any other module provisions them.
+FIRST_MODULES = ("test_site.py",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the `lab` fixture with `lab` (deselect: -m 'not lab')."""
+    """Mark every test that uses the `lab` fixture with `lab` (deselect: -m 'not lab').
+
+    Then order the lab tests: FIRST_MODULES first (a stable sort keeps each module's
+    own order).
+    """
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return FIRST_MODULES.index(name) if name in FIRST_MODULES else len(FIRST_MODULES)
+
+    items.sort(key=rank)
 
 
 def _docker_available() -> bool:

@@ -362,3 +362,63 @@ def test_no_engine_message(
     err = capsys.readouterr().err
     assert "apt-get install docker.io && dockerd &" in err
     assert err.count("\n") == 1
+
+
+# --- the mirror: a stand-in for NVIDIA's toolkit repository -----------------
+
+
+def test_inventory_points_the_toolkit_role_at_the_mirror(data: Any) -> None:
+    inv = lab.build_inventory(
+        "gpuprov",
+        _runtimes(data),
+        data.profiles,
+        Path("/k/id_ed25519"),
+        Path("/k/known_hosts"),
+        None,
+        mirror="http://172.18.0.9:8080",
+    )
+    lab_vars = yaml.safe_load(lab.dump_inventory(inv, "gpuprov"))["all"]["children"]["lab"]["vars"]
+    assert lab_vars["lab_mirror_url"] == "http://172.18.0.9:8080"
+    assert lab_vars["nvidia_container_toolkit_apt_repo_url"] == (
+        "http://172.18.0.9:8080/stable/deb/$(ARCH)"
+    )
+    assert lab_vars["nvidia_container_toolkit_apt_gpg_key_url"] == "http://172.18.0.9:8080/gpgkey"
+    # Without a mirror, NVIDIA's defaults (the role's) apply.
+    plain = lab.build_inventory(
+        "gpuprov", _runtimes(data), data.profiles, Path("/k"), Path("/k"), None
+    )
+    assert "nvidia_container_toolkit_apt_repo_url" not in plain["all"]["children"]["lab"]["vars"]
+
+
+def test_mirror_container_is_read_only_and_unpublished() -> None:
+    args = lab.mirror_run_args("lab1", "img:tag", Path("/srv/x/repo"))
+    assert args[:2] == ["run", "--detach"]
+    assert args[args.index("--name") + 1] == "lab1-mirror"
+    assert args[args.index("--network") + 1] == "lab1-net"
+    assert "--publish" not in args
+    assert "--read-only" in args
+    mount = args[args.index("--mount") + 1]
+    assert "source=/srv/x/repo" in mount
+    assert mount.endswith(",readonly")
+    assert args[-3:] == ["--directory", lab.MIRROR_DIR, str(lab.MIRROR_PORT)]
+    assert lab.mirror_url("10.0.0.3") == f"http://10.0.0.3:{lab.MIRROR_PORT}"
+
+
+def test_forget_cached_facts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "facts"
+    cache.mkdir()
+    for name in ("s1_lab-k40m", "lab-k40m", "s1_xlab-k40m", "s1_lab-k40m2", "s1_lab-cpu"):
+        (cache / name).write_text("{}")
+    monkeypatch.setattr(lab, "FACT_CACHES", (cache,))
+    monkeypatch.setattr(lab, "STATE_ROOT", tmp_path / "state")
+    removed = lab.forget_cached_facts("lab1", "lab-k40m")
+    assert sorted(p.name for p in removed) == ["lab-k40m", "s1_lab-k40m"]
+    assert sorted(p.name for p in cache.iterdir()) == ["s1_lab-cpu", "s1_lab-k40m2", "s1_xlab-k40m"]
+
+
+def test_aptrepo_recipe_hash_depends_on_versions_and_arch() -> None:
+    aptrepo = sys.modules["aptrepo"]  # imported by scripts/lab.py
+    base = aptrepo.recipe_hash(("1.0-1",), "amd64")
+    assert base == aptrepo.recipe_hash(("1.0-1",), "amd64")
+    assert base != aptrepo.recipe_hash(("1.0-2",), "amd64")
+    assert base != aptrepo.recipe_hash(("1.0-1",), "arm64")

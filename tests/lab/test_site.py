@@ -1,0 +1,387 @@
+"""The CI flow of playbooks/site.yml against the lab, in order, in one lab session.
+
+1. `site.yml --check --diff` on fresh hosts fails nothing and changes nothing on them;
+2. `site.yml` converges (failed=0, unreachable=0 on every host);
+3. a second run changes nothing;
+4. the testinfra suite passes, run exactly as users run it;
+5. pinning a driver branch that drops the K40m fails before any change, naming the GPU
+   and the allowed branches;
+6. with one host stopped, plan.yml finishes on the others and the recap names it.
+
+The tests depend on each other's effects and run in file order (conftest.py runs this
+module first among the lab tests, so its first test sees fresh hosts). The toolkit
+packages come from the lab's mirror container, a signed stand-in for NVIDIA's repository
+(scripts/lab/aptrepo.py), set up by `scripts/lab.py up`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import compat
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = REPO / "scripts" / "lab" / "profiles.yaml"
+Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
+
+SITE = "playbooks/site.yml"
+# The issue's example pin: a branch that dropped Kepler (checked against the data below).
+PINNED_BRANCH = 535
+PLAN = "playbooks/plan.yml"
+JSON_CALLBACK = "ansible.builtin.json"
+
+# Files whose presence and content the check run must leave as they were.
+WATCHED_FILES = (
+    "/etc/docker/daemon.json",
+    "/etc/modprobe.d/blacklist-nouveau.conf",
+    "/etc/apt/apt.conf.d/51gpuprov-nvidia-blacklist",
+    "/etc/ansible/facts.d/gpuprov.fact",
+)
+WATCHED_DIRS = ("/etc/apt/sources.list.d", "/etc/apt/keyrings", "/usr/share/keyrings", "/etc/cdi")
+
+# Installed packages with their selection state (hold shows as "hi"), then the watched
+# files and directories with checksums.
+SNAPSHOT = (
+    "LC_ALL=C dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' | sort; "
+    "for f in "
+    + " ".join(WATCHED_FILES)
+    + "; do if [ -e $f ]; then sha256sum $f; else echo absent $f; fi; done; "
+    "find " + " ".join(WATCHED_DIRS) + " -type f -exec sha256sum {} + 2>/dev/null | sort; true"
+)
+
+RECAP_RE = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
+    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
+    re.MULTILINE,
+)
+
+TIMINGS: dict[str, float] = {}
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def parse_json_output(stdout: str) -> dict[str, Any]:
+    """The json callback's document, with profile_tasks' lines printed around it."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"^\{", stdout, re.MULTILINE):
+        try:
+            doc, _ = decoder.raw_decode(stdout, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and "stats" in doc and "plays" in doc:
+            return doc
+    raise AssertionError(f"no json callback output in:\n{stdout[-3000:]}")
+
+
+def parse_recap(stdout: str) -> dict[str, dict[str, int]]:
+    """host -> counters from the default callback's PLAY RECAP."""
+    recap = stdout.rsplit("PLAY RECAP", 1)
+    assert len(recap) == 2, f"no PLAY RECAP in:\n{stdout[-3000:]}"
+    return {
+        m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
+        for m in RECAP_RE.finditer(recap[1])
+    }
+
+
+def changed_tasks(doc: dict[str, Any], host: str) -> list[str]:
+    names = []
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            result = task["hosts"].get(host)
+            if result and result.get("changed"):
+                names.append(f"{play['play']['name']} / {task['task']['name']}")
+    return names
+
+
+def failed_results(doc: dict[str, Any]) -> list[str]:
+    found = []
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed") or result.get("unreachable"):
+                    msg = str(result.get("msg", ""))[:400]
+                    found.append(f"{host}: {task['task']['name']}: {msg}")
+    return found
+
+
+def run_playbook(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch, report_dir: Path, *args: str, callback: str = ""
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    if callback:
+        monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", callback)
+    else:
+        monkeypatch.delenv("ANSIBLE_STDOUT_CALLBACK", raising=False)
+    start = time.monotonic()
+    proc = lab.ansible_playbook(*args, "-e", f"gpuprov_report_dir={report_dir}")
+    return proc, time.monotonic() - start
+
+
+def snapshot(lab: Lab, host: str) -> str:
+    return lab.ssh(host, SNAPSHOT).stdout
+
+
+def report_time(capsys: pytest.CaptureFixture[str], label: str, seconds: float) -> None:
+    TIMINGS[label] = seconds
+    with capsys.disabled():
+        print(f"\n[test_site] {label}: {seconds:.1f}s", flush=True)
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Plan reports of these runs (kept out of the repository's reports/)."""
+    return tmp_path_factory.mktemp("site-reports")
+
+
+@pytest.fixture(scope="module")
+def k40m_host(lab: Lab) -> str:
+    hosts = lab.groups.get("gpu_k40m") or []
+    if not hosts:
+        pytest.skip("the lab has no k40m host (GPUPROV_LAB_HOSTS)")
+    return hosts[0]
+
+
+@pytest.fixture(scope="module")
+def converged(lab: Lab) -> dict[str, Any]:
+    """Set by test_site_converges; later tests need a converged lab."""
+    return {}
+
+
+# ---------------------------------------------------------------------------
+# the flow
+
+
+def test_check_mode_changes_nothing(
+    lab: Lab,
+    monkeypatch: pytest.MonkeyPatch,
+    report_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hosts = lab.groups["lab"]
+    before = {h: snapshot(lab, h) for h in hosts}
+    already = [h for h, snap in before.items() if re.search(r"^docker\.io ", snap, re.MULTILINE)]
+    if already:
+        pytest.skip(
+            f"hosts not fresh (docker.io installed on {', '.join(already)}): the lab was kept "
+            f"from an earlier session; `scripts/lab.py --lab {lab.name} down` first"
+        )
+
+    proc, seconds = run_playbook(
+        lab, monkeypatch, report_dir, SITE, "--check", "--diff", callback=JSON_CALLBACK
+    )
+    report_time(capsys, "site.yml --check --diff (fresh hosts)", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc)) or proc.stderr[-3000:]
+    assert sorted(doc["stats"]) == sorted(hosts)
+    for host, stats in doc["stats"].items():
+        assert stats["failures"] == 0, (host, failed_results(doc))
+        assert stats["unreachable"] == 0, host
+    # The check run did evaluate the roles: on fresh GPU hosts it predicts changes.
+    for host in lab.groups["gpu_nodes"]:
+        assert doc["stats"][host]["changed"] > 0, (host, doc["stats"][host])
+
+    after = {h: snapshot(lab, h) for h in hosts}
+    for host in hosts:
+        assert after[host] == before[host], f"{host} changed under --check"
+        assert "absent /etc/docker/daemon.json" in after[host]
+        assert "absent /etc/modprobe.d/blacklist-nouveau.conf" in after[host]
+
+
+def test_site_converges(
+    lab: Lab,
+    monkeypatch: pytest.MonkeyPatch,
+    report_dir: Path,
+    converged: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    proc, seconds = run_playbook(lab, monkeypatch, report_dir, SITE, callback=JSON_CALLBACK)
+    report_time(capsys, "site.yml converge", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc)) or proc.stderr[-3000:]
+    assert sorted(doc["stats"]) == sorted(lab.groups["lab"])
+    for host, stats in doc["stats"].items():
+        assert stats["failures"] == 0, (host, failed_results(doc))
+        assert stats["unreachable"] == 0, host
+    for host in lab.groups["gpu_nodes"]:
+        assert doc["stats"][host]["changed"] > 0, (host, doc["stats"][host])
+    # What the roles promise is really there (the testinfra suite checks the rest).
+    for host in lab.groups["gpu_nodes"]:
+        snap = snapshot(lab, host)
+        for package in ("docker.io", "nvidia-container-toolkit"):
+            assert re.search(rf"^{re.escape(package)} \S+ ii", snap, re.MULTILINE), (host, package)
+        assert "absent /etc/modprobe.d/blacklist-nouveau.conf" not in snap, host
+    converged["ok"] = True
+
+
+def test_site_second_run_changes_nothing(
+    lab: Lab,
+    monkeypatch: pytest.MonkeyPatch,
+    report_dir: Path,
+    converged: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    proc, seconds = run_playbook(lab, monkeypatch, report_dir, SITE, callback=JSON_CALLBACK)
+    report_time(capsys, "site.yml re-run (no-op)", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc))
+    assert sorted(doc["stats"]) == sorted(lab.groups["lab"])
+    for host, stats in doc["stats"].items():
+        assert stats["failures"] == 0, (host, failed_results(doc))
+        assert stats["changed"] == 0, (host, changed_tasks(doc, host))
+
+
+def test_testinfra_suite_passes(
+    lab: Lab, converged: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    argv = [
+        str(Path(sys.executable).parent / "pytest"),
+        "tests/infra",
+        "--hosts=ansible://all",
+        f"--ansible-inventory={lab.inventory}",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        "-v",
+    ]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False, timeout=1800)
+    report_time(capsys, "testinfra suite", time.monotonic() - start)
+    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, f"{shlex.join(argv)}\n{tail}"
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert re.search(r"\b\d+ passed\b", summary), summary
+    assert not re.search(r"\b(failed|error|errors)\b", summary), summary
+    # Every host was really tested, and the GPU-only modules ran on the GPU hosts.
+    for host in lab.groups["lab"]:
+        assert re.search(rf"\[ansible://{re.escape(host)}\] PASSED", proc.stdout), host
+    for host in lab.groups["gpu_nodes"]:
+        assert re.search(
+            rf"test_toolkit\.py::\S+\[ansible://{re.escape(host)}\S*\] PASSED", proc.stdout
+        ), host
+        assert re.search(
+            rf"test_driver\.py::\S+\[ansible://{re.escape(host)}\S*\] PASSED", proc.stdout
+        ), host
+
+
+def test_pinned_branch_that_drops_the_gpu_is_refused(
+    lab: Lab,
+    k40m_host: str,
+    monkeypatch: pytest.MonkeyPatch,
+    report_dir: Path,
+) -> None:
+    # What to expect, from the lab profile's PCI ID and the compat data (not from a run).
+    profiles = yaml.safe_load(PROFILES.read_text(encoding="utf-8"))["profiles"]
+    device = profiles[lab.hosts[k40m_host]["lab_profile"]]["devices"][0]
+    pci_id = f"{device['vendor'][2:]}:{device['device'][2:]}"
+    gpu = compat.lookup(pci_id)
+    assert len(gpu) == 1, gpu
+    name = str(gpu[0]["name"])
+    lo, hi = int(gpu[0]["min_driver_branch"]), int(gpu[0]["last_driver_branch"])
+    allowed = [b.branch for b in compat.load().branches if lo <= b.branch <= hi]
+    pinned = PINNED_BRANCH
+    assert allowed, (lo, hi)
+    assert pinned > hi, (pinned, hi)
+
+    before = snapshot(lab, k40m_host)
+    proc, _ = run_playbook(
+        lab,
+        monkeypatch,
+        report_dir,
+        SITE,
+        "-e",
+        f"nvidia_driver_branch={pinned}",
+        "--limit",
+        k40m_host,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    recap = parse_recap(proc.stdout)
+    assert recap[k40m_host]["failed"] == 1, recap
+    assert recap[k40m_host]["changed"] == 0, recap
+    failure = [line for line in out.splitlines() if "fatal:" in line and k40m_host in line]
+    assert failure, out[-3000:]
+    message = failure[0]
+    assert name in message, message
+    assert str(pinned) in message, message
+    listed = re.search(r"[Aa]llowed branches[^:]*:\s*([0-9, ]+)", message)
+    assert listed, message
+    assert [int(b) for b in re.findall(r"\d+", listed.group(1))] == allowed, message
+    assert snapshot(lab, k40m_host) == before
+
+
+@pytest.fixture
+def stopped_host(lab: Lab) -> Iterator[str]:
+    """A GPU host stopped with `docker stop`, started again afterwards."""
+    candidates = [h for h in lab.groups["gpu_nodes"] if h not in lab.groups.get("gpu_k40m", [])]
+    host = sorted(candidates or lab.groups["gpu_nodes"])[-1]
+    container = str(lab.hosts[host]["lab_container"])
+    subprocess.run(["docker", "stop", "--time", "5", container], check=True, capture_output=True)
+    try:
+        yield host
+    finally:
+        subprocess.run(["docker", "start", container], check=True, capture_output=True)
+        deadline = time.monotonic() + 120
+        while lab.ssh(host, "systemctl is-active ssh", check=False, timeout=15).returncode:
+            assert time.monotonic() < deadline, f"{host}: no SSH after docker start"
+            time.sleep(1)
+        # The lab address may change on restart: let lab.py rewrite the inventory.
+        address = subprocess.run(
+            [
+                "docker",
+                "inspect",
+                "-f",
+                "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                container,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if address != lab.hosts[host]["lab_address"]:
+            lab.lab_py("--inventory", str(lab.inventory), "up", "--hosts", _hosts_spec(lab))
+
+
+def _hosts_spec(lab: Lab) -> str:
+    return ",".join(
+        f"{h}={hv['lab_profile']}:{hv['lab_release']}" for h, hv in sorted(lab.hosts.items())
+    )
+
+
+def test_unreachable_host_is_named_and_others_finish(
+    lab: Lab,
+    stopped_host: str,
+    monkeypatch: pytest.MonkeyPatch,
+    report_dir: Path,
+) -> None:
+    plans = report_dir / "plan"
+    for old in plans.glob("*.json"):
+        old.unlink()
+    proc, _ = run_playbook(lab, monkeypatch, report_dir, PLAN)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    recap = parse_recap(proc.stdout)
+    assert recap[stopped_host]["unreachable"] >= 1, recap
+    assert stopped_host in [h for h, r in recap.items() if r["unreachable"]], recap
+    others = [h for h in lab.groups["gpu_nodes"] if h != stopped_host]
+    assert others, lab.groups
+    for host in others:
+        assert recap[host]["failed"] == 0, recap
+        assert recap[host]["unreachable"] == 0, recap
+    written = sorted(p.stem for p in plans.glob("*.json"))
+    assert written == sorted(others), written
