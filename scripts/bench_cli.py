@@ -26,6 +26,25 @@ def _time(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def _instructions(cmd: list[str], env: dict[str, str]) -> int | None:
+    """Instructions executed by ``cmd`` under callgrind (repeatable under load), or None."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *cmd],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+    for line in proc.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--runs", type=int, default=30)
@@ -46,12 +65,17 @@ def main() -> int:
         for _ in range(args.runs):
             bare.append(_time([python, "-c", "pass"], env))
             ours.append(_time(resolve, env))
+        ins_bare = _instructions([python, "-c", "pass"], env)
+        ins_ours = _instructions(resolve, env)
     mb, mo = statistics.median(bare), statistics.median(ours)
     print(f"runs each:                         {args.runs}")
     print(f"python -c pass (median):           {mb * 1000:7.1f} ms")
     print(f"gpu-compat resolve K40m (median):  {mo * 1000:7.1f} ms")
     print(f"gpu-compat resolve, cold cache:    {cold * 1000:7.1f} ms")
     print(f"ratio (goal <= 2.0):               {mo / mb:7.2f}")
+    if ins_bare and ins_ours:
+        print(f"instructions (callgrind):          {ins_ours:,} / {ins_bare:,}")
+        print(f"instruction ratio:                 {ins_ours / ins_bare:7.2f}")
     return 0
 
 
