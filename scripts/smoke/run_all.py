@@ -4,13 +4,17 @@
     run_all.py [--layers L0,L1,L2,L3,PERF,L4] [--required L0,L1,L3,L4] [--allow-cpu]
                [--sysfs-root /sys] [--expected-count N] [--expected-model NAME]
                [--expected-pci-id ID] [--allowed-branches 470,535] [--floors FILE]
-               [--image IMAGE] [--python PY] [--gpu 'NAME=X.Y' ...] [--out FILE]
+               [--image IMAGE] [--python PY] [--no-torch REASON] [--gpu 'NAME=X.Y' ...]
+               [--out FILE]
 
 Each layer runs as its own script in a subprocess (with --python, e.g. the pytorch
 role's venv, for the torch layers), so one crashing layer cannot take the others
 down; a crash becomes that layer's fail verdict. L5 needs all hosts of a group at
 once, so the gpu_smoke role runs l5_distributed.py separately; run_all.py includes it
 only when asked with --layers ...,L5 (a one-host run, --nnodes 1).
+
+--no-torch REASON (a host without a PyTorch environment) reports the torch layers
+(L3, PERF, L4, L5) skipped with REASON instead of running them.
 
 Exit 0 when every required layer passed (skipped never counts as a pass), 1 otherwise.
 """
@@ -132,6 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--floors", default="")
     parser.add_argument("--image", default="ubuntu:22.04")
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
+    parser.add_argument(
+        "--no-torch",
+        default="",
+        metavar="REASON",
+        help="this host has no torch: the torch layers (L3, PERF, L4, L5) report skipped "
+        "with REASON instead of running",
+    )
     parser.add_argument("--layer-timeout", type=float, default=600)
     parser.add_argument(
         "--gpu",
@@ -149,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     required = [x.strip().upper() for x in a.required.split(",") if x.strip()]
     verdicts = []
     for layer in layers:
+        if a.no_torch and layer in TORCH_LAYERS:
+            verdicts.append(sl.verdict(layer, NAMES[layer], sl.SKIPPED, a.no_torch))
+            continue
         python = a.python if layer in TORCH_LAYERS else sys.executable
         verdicts.append(run_layer(layer, python, layer_args(layer, a), a.layer_timeout))
     summary = sl.summarize(verdicts, required, a.allow_cpu)

@@ -1,10 +1,12 @@
 """PyTorch and the smoke test in the lab, for real (marked `lab`; needs a Docker engine).
 
 Two bookworm hosts of the lab (Python 3.11, the wheelhouse's torch 2.13.0+cpu): one with a
-simulated NVIDIA GPU and one without. Only the PCI devices are simulated; pip, torch,
-torchrun and the network between the hosts are real. The lab settings of both roles come
-from inventories/lab/group_vars/all/{pytorch,gpu_smoke}.yml, passed with -e @file because
-the fixture's inventory lives under .lab/<name>/.
+simulated NVIDIA GPU and one without. A host whose Python has no such wheel (trixie: 3.13)
+gets `pytorch_method: none` from the lab's group_vars: no environment, the reason printed,
+its torch smoke layers skipped with the reason, and no part in L5. Only the PCI devices are
+simulated; pip, torch, torchrun and the network between the hosts are real. The lab
+settings of both roles come from inventories/lab/group_vars/all/{pytorch,gpu_smoke}.yml,
+passed with -e @file because the fixture's inventory lives under .lab/<name>/.
 
 Run: GPUPROV_LAB_HOSTS=small pytest -m lab tests/lab/test_pytorch_smoke.py
 """
@@ -55,15 +57,24 @@ def pair(lab):
 
 
 @pytest.fixture(scope="module")
+def no_torch(lab):
+    """Hosts whose Python has no wheel in the wheelhouse (not bookworm): pytorch_method none."""
+    return sorted(h for h, hv in lab.hosts.items() if hv.get("lab_release") != "bookworm")[:1]
+
+
+NO_TORCH_REASON = "no PyTorch environment on this host (pytorch_method: none)"
+
+
+@pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     return tmp_path_factory.mktemp("reports")
 
 
-def play(lab, playbook, pair, reports, *extra):
+def play(lab, playbook, hosts, reports, *extra):
     return lab.ansible_playbook(
         REPO / "playbooks" / playbook,
         "--limit",
-        ",".join(pair),
+        ",".join(hosts),
         *EXTRA,
         "-e",
         f"gpuprov_report_dir={reports}",
@@ -71,13 +82,22 @@ def play(lab, playbook, pair, reports, *extra):
     )
 
 
-def test_pytorch_installs_from_the_wheelhouse_and_is_idempotent(lab, pair, reports):
-    first = play(lab, "pytorch.yml", pair, reports)
+def test_pytorch_installs_from_the_wheelhouse_and_is_idempotent(lab, pair, no_torch, reports):
+    first = play(lab, "pytorch.yml", [*pair, *no_torch], reports)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
-    second = play(lab, "pytorch.yml", pair, reports)
+    second = play(lab, "pytorch.yml", [*pair, *no_torch], reports)
     assert second.returncode == 0, second.stdout[-4000:]
-    for host in pair:
+    for host in [*pair, *no_torch]:
         assert recap(second.stdout)[host]["changed"] == 0, second.stdout[-4000:]
+    for host in no_torch:
+        # The role says why and installs nothing.
+        assert f"{host}: {NO_TORCH_REASON}: the lab's wheelhouse has torch 2.13.0+cpu" in (
+            " ".join(first.stdout.split())
+        ), first.stdout[-4000:]
+        assert recap(first.stdout)[host]["changed"] == 0, first.stdout[-4000:]
+        absent = lab.ssh(host, "test -e /opt/gpuprov/venv/bin/python", check=False)
+        assert absent.returncode == 1, host
+    for host in pair:
         got = lab.ssh(
             host,
             "/opt/gpuprov/venv/bin/python -c "
@@ -108,8 +128,8 @@ def load(reports, host):
     return doc, {v["layer"]: v for v in doc["layers"]}
 
 
-def test_smoke_verdicts_are_honest_and_all_reduce_passes(lab, pair, reports):
-    out = play(lab, "smoke.yml", pair, reports)
+def test_smoke_verdicts_are_honest_and_all_reduce_passes(lab, pair, no_torch, reports):
+    out = play(lab, "smoke.yml", [*pair, *no_torch], reports)
     assert out.returncode == 0, out.stdout[-6000:]
     gpu, cpu = pair
     _, v = load(reports, gpu)
@@ -147,9 +167,22 @@ def test_smoke_verdicts_are_honest_and_all_reduce_passes(lab, pair, reports):
         gloo = l5["details"]["backends"]["gloo"]
         assert gloo["sum_ok"]
         assert gloo["busbw_gbs"] > 0
+    # A host without torch: its torch layers are skipped with the reason, and it is not one of
+    # L5's ranks (world size 2 above): L5 is skipped there too, and not required.
+    for host in no_torch:
+        doc, n = load(reports, host)
+        assert doc["ok"], doc["not_passed"]
+        assert doc["required"] == ["L0"], doc["required"]
+        assert n["L0"]["status"] == "pass", n["L0"]
+        for layer in ("L3", "PERF", "L4"):
+            got = (n[layer]["status"], n[layer]["reason"])
+            assert got == ("skipped", NO_TORCH_REASON), n[layer]
+        assert n["L5"]["status"] == "skipped", n["L5"]
+        assert n["L5"]["reason"].startswith(f"{host} is not in gpu_smoke_dist_hosts ("), n["L5"]
+        assert n["L5"]["reason"].endswith(f"; {NO_TORCH_REASON}"), n["L5"]
 
 
-def test_report_collects_the_verdicts(lab, pair, reports):
+def test_report_collects_the_verdicts(lab, pair, no_torch, reports):
     proc = subprocess.run(
         ["python3", str(REPO / "scripts" / "report.py"), "--reports", str(reports), "--html"],
         capture_output=True,
@@ -158,7 +191,7 @@ def test_report_collects_the_verdicts(lab, pair, reports):
     )
     assert proc.returncode == 0, proc.stderr
     fleet = json.loads((reports / "fleet.json").read_text())
-    assert {r["host"] for r in fleet["hosts"]} == set(pair)
+    assert {r["host"] for r in fleet["hosts"]} == {*pair, *no_torch}
     assert (reports / "fleet.md").exists()
     assert (reports / "fleet.html").exists()
 

@@ -222,7 +222,44 @@ def test_site_converges(
         for package in ("docker.io", "nvidia-container-toolkit"):
             assert re.search(rf"^{re.escape(package)} \S+ ii", snap, re.MULTILINE), (host, package)
         assert "absent /etc/modprobe.d/blacklist-nouveau.conf" not in snap, host
+    check_torch_and_smoke(lab, report_dir)
     converged["ok"] = True
+
+
+# The lab's wheelhouse has torch 2.13.0+cpu for Python 3.11 only: the bookworm hosts get it,
+# the others get pytorch_method: none (inventories/lab/group_vars/all/pytorch.yml).
+NO_TORCH_REASON = "no PyTorch environment on this host (pytorch_method: none)"
+TORCH_PROBE = "/opt/gpuprov/venv/bin/python -c 'import torch; print(torch.__version__)'"
+
+
+def check_torch_and_smoke(lab: Lab, report_dir: Path) -> None:
+    """After site.yml: torch where the wheel fits, and the smoke verdicts say so honestly."""
+    with_torch = sorted(h for h in lab.groups["lab"] if lab.hosts[h]["lab_release"] == "bookworm")
+    without = sorted(set(lab.groups["lab"]) - set(with_torch))
+    for host in with_torch:
+        assert lab.ssh(host, TORCH_PROBE).stdout.split() == ["2.13.0+cpu"], host
+    for host in without:
+        assert lab.ssh(host, TORCH_PROBE, check=False).returncode != 0, host
+    verdicts = {
+        h: json.loads((report_dir / "smoke" / f"{h}.json").read_text(encoding="utf-8"))
+        for h in lab.groups["lab"]
+    }
+    for host, doc in verdicts.items():
+        assert doc["ok"], (host, doc["not_passed"])
+        layers = {v["layer"]: v for v in doc["layers"]}
+        assert layers["L0"]["status"] == "pass", (host, layers["L0"])
+        if host in with_torch:
+            assert layers["L5"]["status"] == "pass", (host, layers["L5"])
+            assert layers["L5"]["details"]["world_size"] == len(with_torch), layers["L5"]
+        else:
+            assert doc["required"] == ["L0"], (host, doc["required"])
+            for layer in ("L3", "PERF", "L4"):
+                got = (layers[layer]["status"], layers[layer]["reason"])
+                assert got == ("skipped", NO_TORCH_REASON), (host, layers[layer])
+            assert layers["L5"]["status"] == "skipped", (host, layers["L5"])
+            assert layers["L5"]["reason"].startswith(f"{host} is not in gpu_smoke_dist_hosts"), (
+                layers["L5"]
+            )
 
 
 def test_site_second_run_changes_nothing(

@@ -665,3 +665,29 @@ def test_run_all_lab_like_host_is_honest(tmp_path, capsys):
     assert status["L2"] == "skipped"
     assert rc == 1
     assert report["not_passed"][0]["layer"] == "L1"
+
+
+def test_run_all_without_torch_skips_the_torch_layers(tmp_path, capsys):
+    """--no-torch (pytorch_method: none): L3, PERF and L4 are skipped with the reason, unrun."""
+    root = write_pci(tmp_path, [K40M])
+    reason = "no PyTorch environment on this host (pytorch_method: none)"
+    rc = run_all.main(
+        [
+            "--layers",
+            "L0,L3,PERF,L4",
+            "--required",
+            "L0",
+            "--sysfs-root",
+            str(root),
+            "--python",
+            str(tmp_path / "no-such-python"),
+            "--no-torch",
+            reason,
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    got = {v["layer"]: (v["status"], v["reason"]) for v in report["layers"]}
+    assert got["L0"][0] == "pass"
+    for layer in ("L3", "PERF", "L4"):
+        assert got[layer] == ("skipped", reason), layer
+    assert rc == 0
