@@ -39,6 +39,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
+sys.path.insert(0, str(LAB_PY.parent))
+from lab import ssh_argv  # noqa: E402  (scripts/lab.py)
+
 BIN = Path(sys.executable).parent
 PLAYBOOKS = [
     f"playbooks/{name}.yml" for name in ("validate", "plan", "driver", "docker", "toolkit")
@@ -108,22 +111,7 @@ class Lab:
     def ssh(
         self, host: str, script: str, *, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        hv = self.hostvars[host]
-        argv = [
-            "ssh",
-            "-i",
-            str(hv["ansible_ssh_private_key_file"]),
-            "-p",
-            str(hv["ansible_port"]),
-            *str(hv["ansible_ssh_common_args"]).split(),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            f"{hv['ansible_user']}@{hv['ansible_host']}",
-            script,
-        ]
-        proc = run(argv, input=stdin, timeout=1800)
+        proc = run(ssh_argv(self.hostvars[host], script), input=stdin, timeout=1800)
         if proc.returncode != 0:
             raise BenchError(f"ssh {host} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc

@@ -1341,6 +1341,25 @@ def cmd_status(args: argparse.Namespace, paths: LabPaths) -> int:
     return 0
 
 
+def ssh_argv(hostvars: Mapping[str, Any], command: str) -> list[str]:
+    """ssh arguments that reach a host of a generated lab inventory: its key, its port on
+    127.0.0.1 and the lab's strict known_hosts (from ansible_ssh_common_args)."""
+    return [
+        "ssh",
+        "-i",
+        str(hostvars["ansible_ssh_private_key_file"]),
+        "-p",
+        str(hostvars["ansible_port"]),
+        *str(hostvars["ansible_ssh_common_args"]).split(),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+        f"{hostvars['ansible_user']}@{hostvars['ansible_host']}",
+        command,
+    ]
+
+
 def cmd_ssh(args: argparse.Namespace, paths: LabPaths) -> NoReturn:
     docker = connect_engine()
     name = container_name(paths.name, args.host)

@@ -32,6 +32,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PY = REPO / "scripts" / "lab.py"
+sys.path.insert(0, str(LAB_PY.parent))
+from lab import ssh_argv  # noqa: E402  (scripts/lab.py, the tool under test)
+
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -56,21 +59,7 @@ class Lab:
         self, host: str, command: str, *, check: bool = True, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
         """Run a shell command on a host over SSH (the generated key, strict known_hosts)."""
-        hv = self.hosts[host]
-        argv = [
-            "ssh",
-            "-i",
-            str(hv["ansible_ssh_private_key_file"]),
-            "-p",
-            str(hv["ansible_port"]),
-            *str(hv["ansible_ssh_common_args"]).split(),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-            f"{hv['ansible_user']}@{hv['ansible_host']}",
-            command,
-        ]
+        argv = ssh_argv(self.hosts[host], command)
         return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
 
     def ansible_playbook(
