@@ -20,7 +20,19 @@ FULL = "full"
 MINOR = "minor-version-compatibility"
 
 
+_PARSED: dict[str, tuple[str, CC, str]] = {}
+
+
 def parse_arch(entry: str) -> tuple[str, CC, str]:
+    """Split ``sm_90a`` into ``("sm", (9, 0), "a")`` (memoised: a resolve checks thousands of
+    entries drawn from a few dozen distinct ones)."""
+    parsed = _PARSED.get(entry)
+    if parsed is None:
+        parsed = _PARSED[entry] = _parse_arch(entry)
+    return parsed
+
+
+def _parse_arch(entry: str) -> tuple[str, CC, str]:
     """Split ``sm_90a`` into ``("sm", (9, 0), "a")``; ``compute_75`` into ``("compute", ...)``.
 
     Two-digit numbers are X.Y (``sm_86`` = 8.6); three digits are XX.Y (``sm_100`` = 10.0).
