@@ -19,20 +19,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import yaml
 from fatbin_builders import write_torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ROOT / "scripts" / "smoke"
-
-
-def smoke(name: str) -> ModuleType:
-    if str(SMOKE) not in sys.path:
-        sys.path.insert(0, str(SMOKE))
-    return importlib.import_module(name)
-
+from smoke_modules import SMOKE, smoke  # noqa: E402
 
 sl = smoke("smokelib")
 

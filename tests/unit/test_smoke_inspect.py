@@ -11,24 +11,13 @@ compute capabilities come from the controller (--gpu NAME=X.Y), as the role pass
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from fatbin_builders import write_torch
-
-SMOKE = Path(__file__).resolve().parents[2] / "scripts" / "smoke"
-
-
-def smoke(name: str) -> ModuleType:
-    if str(SMOKE) not in sys.path:
-        sys.path.insert(0, str(SMOKE))
-    return importlib.import_module(name)
-
+from smoke_modules import smoke
 
 sl = smoke("smokelib")
 l3 = smoke("l3_cuda")

@@ -8,22 +8,12 @@ torchrun through its exit code and output. The sysfs PCI scan reads a real tempo
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
-
-SMOKE = Path(__file__).resolve().parents[2] / "scripts" / "smoke"
-
-
-def smoke(name: str) -> ModuleType:
-    if str(SMOKE) not in sys.path:
-        sys.path.insert(0, str(SMOKE))
-    return importlib.import_module(name)
-
+from smoke_modules import smoke
 
 sl = smoke("smokelib")
 l0 = smoke("l0_hardware")
