@@ -231,7 +231,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     text = " ".join(args.text)
     ans = resolver.explain(_matrix(), text, args.gpu, driver=args.driver)
-    ans.pop("plan", None) if not args.json else None
     if not ans["recognised"]:
         human = ["Not a known error message. Known: run `gpu-compat explain --help`."]
     else:

@@ -654,7 +654,7 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
     if tgts and var.name != rel.pypi_default:
         reasons.append(
             f"{var.name} chosen over the PyPI default {rel.pypi_default}: "
-            + ("better driver compatibility or kernel coverage")
+            "better driver compatibility or kernel coverage"
         )
     if drv is None and ev.branches:
         reasons.append(
