@@ -1,12 +1,28 @@
 """gpuprov's compatibility matrix: GPUs, driver branches, CUDA toolkits and PyTorch builds.
 
-The public API is small; every function reads the one dataset in ``compat/data/``.
-Heavy modules load lazily so that the CLI starts fast.
+The public API (everything the CLI, the Ansible filters and the scripts use) is this module;
+every function reads the one dataset in ``compat/data/``. Heavy modules load lazily so that
+the CLI starts fast. The modules behind it, by concept:
+
+- :mod:`compat.model`: value objects (``ComputeCapability``, ``DriverVersion``, matrix records)
+- :mod:`compat.gpus`: GPU queries (name, PCI ID, capability, ``gpu_info`` dicts)
+- :mod:`compat.branches`: which driver branches drive which GPUs and run which CUDA
+- :mod:`compat.evaluation`: the verdict of one build against a host
+- :mod:`compat.resolution`: ``resolve`` and ``check``
+- :mod:`compat.install`: how a build is installed
+- :mod:`compat.explainer`: error messages, their causes and fixes
+- :mod:`compat.support`: the support table
 """
 
 from __future__ import annotations
 
-from compat.model import CompatDataError, CompatError
+from compat.model import (
+    CompatDataError,
+    CompatError,
+    ComputeCapability,
+    DriverVersion,
+    parse_driver,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -18,12 +34,21 @@ __version__ = "0.1.0"
 __all__ = [
     "CompatDataError",
     "CompatError",
+    "ComputeCapability",
+    "DriverVersion",
     "__version__",
+    "allowed_branches",
+    "branch_check",
     "check",
+    "check_measured",
     "explain",
     "load",
     "lookup",
+    "parse_driver",
+    "releases_for_gpu",
     "resolve",
+    "suggestions",
+    "support_rows",
 ]
 
 
@@ -36,19 +61,26 @@ def load() -> Matrix:
 
 def lookup(query: str) -> list[dict[str, Any]]:
     """GPUs matching a name, PCI ID or compute capability, as dicts."""
-    from compat import resolver
+    from compat import gpus
 
     m = load()
-    return [g.to_dict(m.architecture_of(g)) for g in resolver.lookup(m, query)]
+    return [g.to_dict(m.architecture_of(g)) for g in gpus.lookup(m, query)]
+
+
+def suggestions(query: str, n: int = 3) -> list[str]:
+    """GPU names close to a query that matched nothing."""
+    from compat import gpus
+
+    return gpus.suggestions(load(), query, n)
 
 
 def resolve(
     gpus: list[Any], driver: str | None = None, python: str | None = None, channel: str = "pip"
 ) -> dict[str, Any]:
     """The newest official stack that runs on every GPU of a host (see ``gpu-compat resolve``)."""
-    from compat import resolver
+    from compat import resolution
 
-    return resolver.resolve(load(), gpus, driver=driver, python=python, channel=channel)
+    return resolution.resolve(load(), gpus, driver=driver, python=python, channel=channel)
 
 
 def check(
@@ -59,13 +91,64 @@ def check(
     channel: str = "pip",
 ) -> dict[str, Any]:
     """Whether ``torch`` (``V`` or ``V+VARIANT``) runs on these GPUs (``gpu-compat check``)."""
-    from compat import resolver
+    from compat import resolution
 
-    return resolver.check(load(), gpus, torch, driver=driver, python=python, channel=channel)
+    return resolution.check(load(), gpus, torch, driver=driver, python=python, channel=channel)
+
+
+def check_measured(
+    gpus: list[Any],
+    measured: dict[str, Any],
+    driver: str | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """``check`` on the arch list measured from a binary (``gpu-compat check --installed``)."""
+    from compat import resolution
+
+    return resolution.check_measured(load(), gpus, measured, driver=driver, python=python)
 
 
 def explain(text: str, gpus: list[Any] | None = None, driver: str | None = None) -> dict[str, Any]:
     """Cause and fix of a known error message (``gpu-compat explain``)."""
-    from compat import resolver
+    from compat import explainer
 
-    return resolver.explain(load(), text, gpus or [], driver=driver)
+    return explainer.explain(load(), text, gpus or [], driver=driver)
+
+
+def releases_for_gpu(query: str, channel: str = "pip") -> dict[str, Any]:
+    """Every release with a build for one GPU (``gpu-compat matrix --gpu``)."""
+    from compat import gpus, resolution
+
+    m = load()
+    t = gpus.target(m, query)
+    return {
+        "gpu": t.to_dict(),
+        "channel": channel,
+        "releases": [
+            {"torch": r.version, "python": list(r.python), "variants": [v.name for v in vs]}
+            for r, vs in resolution.releases_for(m, t.cc, channel)
+        ],
+    }
+
+
+def support_rows() -> list[dict[str, Any]]:
+    """The support table: the newest stack per compute capability (``gpu-compat matrix``)."""
+    from compat import support
+
+    return support.support_rows(load())
+
+
+def branch_check(branch: Any, gpus: list[Any]) -> dict[str, Any]:
+    """Whether driver branch ``branch`` drives every GPU: ok, branch, reasons, allowed_branches."""
+    from compat import branches
+
+    return branches.branch_check(load(), branch, gpus)
+
+
+def allowed_branches(gpus: list[Any]) -> list[int]:
+    """The driver branches in the matrix that drive every GPU, oldest first."""
+    from compat import branches
+    from compat import gpus as _gpus
+
+    m = load()
+    return branches.driving_branches(m, _gpus.targets(m, list(gpus)))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from compat.model import CompatError
+import compat
+from compat import CompatError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -105,23 +106,13 @@ def _emit(args: argparse.Namespace, data: Any, human: list[str]) -> None:
         print("\n".join(human))
 
 
-def _matrix() -> Any:
-    from compat.data import load
-
-    return load()
-
-
 # --------------------------------------------------------------------------- commands
 
 
 def _cmd_lookup(args: argparse.Namespace) -> int:
-    from compat import resolver
-
-    m = _matrix()
-    gpus = resolver.lookup(m, args.query)
-    rows = [g.to_dict(m.architecture_of(g)) for g in gpus]
+    rows = compat.lookup(args.query)
     if not rows:
-        hint = resolver.suggestions(m, args.query)
+        hint = compat.suggestions(args.query)
         msg = f"no GPU matches {args.query!r}"
         if hint:
             msg += f"; did you mean {', '.join(repr(h) for h in hint)}?"
@@ -136,7 +127,7 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
             [
                 r["name"],
                 r["compute_capability"],
-                m.architectures[r["architecture"]].display,
+                compat.load().architectures[r["architecture"]].display,
                 ", ".join(r["pci_ids"]),
                 f"{r['min_driver_branch']}-{r['last_driver_branch']}"
                 if r["last_driver_branch"]
@@ -151,19 +142,16 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from compat import resolver
-
-    m = _matrix()
     if args.installed:
         from compat.inspect_torch import inspect_path
 
         measured = inspect_path(args.installed)
-        verdict = resolver.check_measured(
-            m, args.gpu, measured.to_dict(), driver=args.driver, python=args.python
+        verdict = compat.check_measured(
+            args.gpu, measured.to_dict(), driver=args.driver, python=args.python
         )
     elif args.torch:
-        verdict = resolver.check(
-            m, args.gpu, args.torch, driver=args.driver, python=args.python, channel=args.channel
+        verdict = compat.check(
+            args.gpu, args.torch, driver=args.driver, python=args.python, channel=args.channel
         )
     else:
         raise CompatError("check needs --torch VERSION[+VARIANT] or --installed PATH")
@@ -179,18 +167,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
-    from compat import resolver
-
-    plan = resolver.resolve(
-        _matrix(), args.gpu, driver=args.driver, python=args.python, channel=args.channel
-    )
+    plan = compat.resolve(args.gpu, driver=args.driver, python=args.python, channel=args.channel)
     _emit(args, plan, format_plan(plan))
     return OK if plan["ok"] else NO
 
 
 def format_plan(plan: dict[str, Any]) -> list[str]:
     gpus = ", ".join(
-        f"{g['name']} (sm_{g['compute_capability'].replace('.', '')})" for g in plan["gpus"]
+        f"{g['name']} ({compat.ComputeCapability.parse(g['compute_capability']).sm})"
+        for g in plan["gpus"]
     )
     out = [f"GPUs:       {gpus or 'none (CPU host)'}"]
     if not plan["ok"]:
@@ -227,10 +212,8 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from compat import resolver
-
     text = " ".join(args.text)
-    ans = resolver.explain(_matrix(), text, args.gpu, driver=args.driver)
+    ans = compat.explain(text, args.gpu, driver=args.driver)
     if not ans["recognised"]:
         human = ["Not a known error message. Known: run `gpu-compat explain --help`."]
     else:
@@ -249,27 +232,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
-    from compat import resolver
-
-    m = _matrix()
     if args.gpu:
-        t = resolver.target(m, args.gpu)
-        found = resolver.releases_for(m, t.cc, args.channel)
-        data: Any = {
-            "gpu": t.to_dict(),
-            "channel": args.channel,
-            "releases": [
-                {"torch": r.version, "python": list(r.python), "variants": [v.name for v in vs]}
-                for r, vs in found
-            ],
-        }
+        data: Any = compat.releases_for_gpu(args.gpu, args.channel)
         header = ["torch", "variants", "Python"]
         rows = [
             [d["torch"], " ".join(d["variants"]), " ".join(d["python"])]
             for d in reversed(data["releases"])
         ]
     else:
-        data = resolver.support_rows(m)
+        data = compat.support_rows()
         header = [
             "CC",
             "Architecture",

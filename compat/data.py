@@ -27,6 +27,7 @@ from compat.model import (
     VersionKey,
     cc_key,
     cmp_key,
+    major_minor,
 )
 
 TYPE_CHECKING = False
@@ -235,7 +236,7 @@ def _validate(tables: dict[str, list[dict[str, Any]]]) -> None:
 
 
 class Matrix:
-    """The whole matrix, indexed for the queries in :mod:`compat.resolver`."""
+    """The whole matrix, indexed for the queries in :mod:`compat.resolution` and its neighbours."""
 
     def __init__(self, tables: dict[str, list[dict[str, Any]]]) -> None:
         self.architectures: dict[str, Architecture] = {
@@ -285,9 +286,9 @@ class Matrix:
         return None
 
     def toolkit(self, cuda: VersionKey) -> Toolkit | None:
-        want = cmp_key(cuda[:2])
+        want = major_minor(cuda)
         for t in self.toolkits:
-            if cmp_key(t.version[:2]) == want:
+            if major_minor(t.version) == want:
                 return t
         return None
 

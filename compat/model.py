@@ -46,16 +46,97 @@ def cmp_key(key: VersionKey, width: int = 4) -> VersionKey:
     return key + (0,) * (width - len(key)) if len(key) < width else key
 
 
-def cc_key(text: str) -> CC:
+def major_minor(key: VersionKey) -> tuple[int, int]:
+    """The X.Y release of a version key: ``(12, 4, 1)`` -> ``(12, 4)``, ``(12,)`` -> ``(12, 0)``."""
+    return key[0], key[1] if len(key) > 1 else 0
+
+
+class ComputeCapability(tuple[int, int]):
+    """A compute capability X.Y; compares as the tuple ``(X, Y)`` and knows its spellings."""
+
+    __slots__ = ()
+
+    def __new__(cls, major: int, minor: int) -> ComputeCapability:
+        return super().__new__(cls, (major, minor))
+
+    @classmethod
+    def parse(cls, text: str) -> ComputeCapability:
+        """``"8.6"`` -> ``ComputeCapability(8, 6)``."""
+        major, _, minor = text.partition(".")
+        if not (major.isdigit() and minor.isdigit()):
+            raise CompatError(f"malformed compute capability {text!r}: expected X.Y such as 8.6")
+        return cls(int(major), int(minor))
+
+    @property
+    def text(self) -> str:
+        """``"8.6"``."""
+        return f"{self[0]}.{self[1]}"
+
+    @property
+    def sm(self) -> str:
+        """``"sm_86"``: the SASS entry and the name ``TORCH_CUDA_ARCH_LIST`` users know."""
+        return f"sm_{self[0]}{self[1]}"
+
+    def describe(self) -> str:
+        """``"sm_86 (8.6)"``."""
+        return f"{self.sm} ({self.text})"
+
+
+def cc_key(text: str) -> ComputeCapability:
     """Parse a compute capability ``"8.6"`` into ``(8, 6)``."""
-    major, _, minor = text.partition(".")
-    if not (major.isdigit() and minor.isdigit()):
-        raise CompatError(f"malformed compute capability {text!r}: expected X.Y such as 8.6")
-    return int(major), int(minor)
+    return ComputeCapability.parse(text)
 
 
 def cc_str(cc: CC) -> str:
-    return f"{cc[0]}.{cc[1]}"
+    """``(8, 6)`` -> ``"8.6"``."""
+    return ComputeCapability(*cc).text
+
+
+def sm_name(cc: CC) -> str:
+    """``(8, 6)`` -> ``"sm_86"``."""
+    return ComputeCapability(*cc).sm
+
+
+class DriverVersion(tuple[int, ...]):
+    """A driver version's numeric key that remembers how the user wrote it (535.183.01).
+
+    A bare branch (``550``) stands for "some release of that branch": it is judged by the
+    branch table (the newest CUDA each branch runs) instead of an exact version."""
+
+    text: str
+
+    def __new__(cls, text: str) -> DriverVersion:
+        obj = super().__new__(cls, version_key(text, "driver version"))
+        obj.text = text.strip()
+        return obj
+
+    @property
+    def branch_only(self) -> bool:
+        return len(self) == 1
+
+    @property
+    def branch(self) -> int:
+        return self[0]
+
+
+def parse_driver(text: str | None) -> DriverVersion | None:
+    """A user's driver version (``535.183.01``, ``550``), or None when not given."""
+    if text is None or str(text).strip() == "":
+        return None
+    key = DriverVersion(str(text))
+    if not 1 <= len(key) <= 3 or key[0] < 100:
+        raise CompatError(
+            f"malformed driver version {text!r}: expected BRANCH[.MINOR[.PATCH]] such as "
+            "535.183.01, 470.256.02 or 550"
+        )
+    return key
+
+
+def describe_driver(drv: VersionKey) -> str:
+    """How a reason names a driver: ``branch 550`` for a bare branch, else its version."""
+    if isinstance(drv, DriverVersion):
+        return f"branch {drv.text}" if drv.branch_only else drv.text
+    return ".".join(str(p) for p in drv)
 
 
 class Architecture:
@@ -106,7 +187,7 @@ class GPU:
         self.name: str = row["name"]
         self.aliases: tuple[str, ...] = tuple(row.get("aliases") or ())
         self.pci_ids: tuple[str, ...] = tuple(p.lower() for p in row.get("pci_ids") or ())
-        self.compute_capability: CC = cc_key(row["compute_capability"])
+        self.compute_capability: ComputeCapability = cc_key(row["compute_capability"])
         self.architecture: str = row["architecture"]
         mem = row.get("memory_gib")
         self.memory_gib: float | None = None if mem is None else float(mem)
@@ -118,7 +199,7 @@ class GPU:
 
     @property
     def sm(self) -> str:
-        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+        return sm_name(self.compute_capability)
 
     def to_dict(self, arch: Architecture | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from compat.model import CC, GPU, Architecture, Toolkit, VersionKey, cc_str, cmp_key
+from compat.model import CC, GPU, Architecture, ComputeCapability, Toolkit, VersionKey, cmp_key
 
 FULL = "full"
 MINOR = "minor-version-compatibility"
@@ -104,4 +104,4 @@ def toolkit_supports(toolkit: Toolkit, cc: CC) -> bool:
 
 
 def describe_cc(cc: CC) -> str:
-    return f"sm_{cc[0]}{cc[1]} ({cc_str(cc)})"
+    return ComputeCapability(*cc).describe()

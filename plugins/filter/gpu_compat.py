@@ -52,21 +52,19 @@ from ansible.errors import AnsibleFilterError
 
 try:
     import compat
-    from compat import resolver
-    from compat.model import CompatError
+    from compat import CompatError
 except ImportError as _exc:  # pragma: no cover - only without `pip install -e .`
     _IMPORT_ERROR: ImportError | None = _exc
 else:
     _IMPORT_ERROR = None
 
 
-def _matrix() -> Any:
+def _require() -> None:
     if _IMPORT_ERROR is not None:
         raise AnsibleFilterError(
             "the gpuprov compat package is not importable on the controller "
             f"({_IMPORT_ERROR}); run `pip install -e .` in the venv that runs ansible"
         )
-    return compat.load()
 
 
 def _queries(gpus: Any) -> list[Any]:
@@ -88,9 +86,10 @@ def _queries(gpus: Any) -> list[Any]:
 def gpu_compat_resolve(
     gpus: Any, driver: str | None = None, python: str | None = None, channel: str = "pip"
 ) -> dict[str, Any]:
+    _require()
     try:
-        return resolver.resolve(
-            _matrix(), _queries(gpus), driver=driver or None, python=python or None, channel=channel
+        return compat.resolve(
+            _queries(gpus), driver=driver or None, python=python or None, channel=channel
         )
     except CompatError as exc:
         raise AnsibleFilterError(f"gpu_compat_resolve: {exc}") from exc
@@ -103,9 +102,9 @@ def gpu_compat_check(
     python: str | None = None,
     channel: str = "pip",
 ) -> dict[str, Any]:
+    _require()
     try:
-        return resolver.check(
-            _matrix(),
+        return compat.check(
             _queries(gpus),
             str(torch),
             driver=driver or None,
@@ -117,44 +116,24 @@ def gpu_compat_check(
 
 
 def gpu_compat_gpu(query: Any) -> dict[str, Any]:
-    m = _matrix()
+    _require()
     q = _queries(query)
     if not q or not q[0]:
         return {}
     try:
-        found = resolver.lookup(m, str(q[0]))
+        found = compat.lookup(str(q[0]))
     except CompatError:
         return {}
-    if not found:
-        return {}
-    gpu = found[0]
-    return gpu.to_dict(m.architecture_of(gpu))
+    return found[0] if found else {}
 
 
 def gpu_compat_branch_check(branch: Any, gpus: Any) -> dict[str, Any]:
     """Whether driver branch ``branch`` drives every GPU; names the GPU and allowed branches."""
-    m = _matrix()
+    _require()
     try:
-        number = int(str(branch).split(".")[0])
-    except ValueError:
-        raise AnsibleFilterError(
-            f"gpu_compat_branch_check: driver branch {branch!r} is not a number such as 535"
-        ) from None
-    try:
-        tgts = resolver.targets(m, _queries(gpus))
+        return compat.branch_check(branch, _queries(gpus))
     except CompatError as exc:
         raise AnsibleFilterError(f"gpu_compat_branch_check: {exc}") from exc
-    allowed = resolver.driving_branches(m, tgts)
-    reasons = [
-        resolver.not_driven_reason(m, number, t) for t in tgts if not resolver.drives(number, t)
-    ]
-    known = m.branch(number) is not None
-    if not known:
-        reasons.append(
-            f"driver branch {number} is not in the matrix: known are "
-            + ", ".join(str(b.branch) for b in m.branches)
-        )
-    return {"ok": not reasons, "branch": number, "reasons": reasons, "allowed_branches": allowed}
 
 
 class FilterModule:

@@ -1,0 +1,141 @@
+"""GPU queries: a name, PCI ID or compute capability (or a ``gpu_info`` dict) to matrix GPUs.
+
+Pure over a :class:`compat.data.Matrix`; nothing here touches the host.
+"""
+
+from __future__ import annotations
+
+from compat.data import Matrix
+from compat.model import CC, GPU, Architecture, CompatError, ComputeCapability, cc_str
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _norm(text: str) -> str:
+    text = text.lower().replace("-", " ").replace("_", " ")
+    for word in ("nvidia ", "tesla ", "geforce ", "quadro "):
+        text = text.replace(word, "")
+    return " ".join(text.split())
+
+
+def _parse_cc_query(q: str) -> ComputeCapability | None:
+    text = q.strip().lower()
+    for prefix in ("sm_", "sm", "compute_"):
+        if text.startswith(prefix) and text[len(prefix) :].isdigit():
+            digits = text[len(prefix) :]
+            if len(digits) >= 2:
+                return ComputeCapability(int(digits[:-1]), int(digits[-1]))
+    major, dot, minor = text.partition(".")
+    if dot and major.isdigit() and minor.isdigit() and len(minor) == 1:
+        return ComputeCapability(int(major), int(minor))
+    return None
+
+
+def _parse_pci_query(q: str) -> tuple[str, bool] | None:
+    """(``10de:xxxx``, explicit) when ``q`` looks like a PCI device ID."""
+    text = q.strip().lower()
+    explicit = text.startswith(("0x", "10de:"))
+    dev = text.removeprefix("10de:").removeprefix("0x")
+    if len(dev) == 4 and all(c in "0123456789abcdef" for c in dev):
+        return f"10de:{dev}", explicit
+    return None
+
+
+def lookup(m: Matrix, query: str) -> list[GPU]:
+    """GPUs matching a name (case-insensitive, partial), a PCI ID or a compute capability."""
+    if not query.strip():
+        raise CompatError("empty GPU query: give a name (K40m), a PCI ID (10de:1023) or sm_35")
+    pci = _parse_pci_query(query)
+    if pci is not None:
+        gpu = m.gpu_by_pci(pci[0])
+        if gpu is not None:
+            return [gpu]
+        if pci[1]:
+            return []
+    cc = _parse_cc_query(query)
+    if cc is not None:
+        return [g for g in m.gpus if g.compute_capability == cc]
+    q = _norm(query)
+    # An exact product name (as NVML reports it) wins over a family alias: nvidia-smi calls
+    # the 94 GB H100 plain "H100", which is also every H100's alias.
+    exact = [g for g in m.gpus if _norm(g.name) == q]
+    if exact:
+        return exact
+    alias = [g for g in m.gpus if q in (_norm(n) for n in g.aliases)]
+    if alias:
+        return alias
+    words = q.split()
+    return [
+        g for g in m.gpus if any(all(w in _norm(n) for w in words) for n in (g.name, *g.aliases))
+    ]
+
+
+def suggestions(m: Matrix, query: str, n: int = 3) -> list[str]:
+    import difflib
+
+    names = {_norm(x): x for g in m.gpus for x in (g.name, *g.aliases)}
+    return [names[k] for k in difflib.get_close_matches(_norm(query), list(names), n, 0.5)]
+
+
+class Target:
+    """One GPU of a host, as the rules see it: a capability and its architecture."""
+
+    __slots__ = ("arch", "cc", "gpu", "label", "query")
+
+    def __init__(
+        self, query: str, label: str, cc: CC, arch: Architecture | None, gpu: GPU | None
+    ) -> None:
+        self.query = query
+        self.label = label
+        self.cc = cc
+        self.arch = arch
+        self.gpu = gpu
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "name": self.label,
+            "compute_capability": cc_str(self.cc),
+            "architecture": self.arch.name if self.arch else None,
+            "pci_ids": list(self.gpu.pci_ids) if self.gpu else [],
+        }
+
+
+def target(m: Matrix, query: str | dict[str, Any]) -> Target:
+    """Turn one ``--gpu`` query (or a facts dict with pci_id/name) into a :class:`Target`."""
+    if isinstance(query, dict):
+        text = str(query.get("pci_id") or query.get("name") or "")
+        if query.get("compute_capability") and not text:
+            text = str(query["compute_capability"])
+    else:
+        text = str(query)
+    cc = _parse_cc_query(text)
+    if cc is not None and _parse_pci_query(text) is None:
+        arch = m.architecture_for_cc(cc)
+        if arch is None:
+            known = sorted({c for a in m.architectures.values() for c in a.compute_capabilities})
+            raise CompatError(
+                f"unknown compute capability {text!r}: known are "
+                + ", ".join(cc_str(c) for c in known)
+            )
+        return Target(text, cc.sm, cc, arch, None)
+    found = lookup(m, text)
+    if not found:
+        hint = suggestions(m, text)
+        extra = f"; did you mean {', '.join(repr(h) for h in hint)}?" if hint else ""
+        raise CompatError(
+            f"unknown GPU {text!r}: give a name (K40m), a PCI ID (10de:1023) or a compute "
+            f"capability (sm_35){extra}"
+        )
+    ccs = {g.compute_capability for g in found}
+    if len(ccs) > 1:
+        names = ", ".join(f"{g.name} ({cc_str(g.compute_capability)})" for g in found[:8])
+        raise CompatError(f"GPU {text!r} is ambiguous: it matches {names}; be more specific")
+    gpu = found[0]
+    return Target(text, gpu.name, gpu.compute_capability, m.architecture_of(gpu), gpu)
+
+
+def targets(m: Matrix, queries: list[Any] | tuple[Any, ...]) -> list[Target]:
+    return [target(m, q) for q in queries]

@@ -1,0 +1,345 @@
+"""Resolution: the newest official build that runs on a host (``resolve``), the verdict on a
+given build (``check``, ``check_measured``) and the builds that cover one capability."""
+
+from __future__ import annotations
+
+from compat import rules
+from compat.branches import drives, driving_branches
+from compat.data import Matrix
+from compat.evaluation import CHANNELS, Evaluation, evaluate, parse_host, parse_torch
+from compat.gpus import Target
+from compat.install import install_commands
+from compat.model import (
+    CC,
+    CompatError,
+    Release,
+    Variant,
+    VersionKey,
+    cc_str,
+    cmp_key,
+    describe_driver,
+    version_key,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _variants_for(release: Release, tgts: list[Target]) -> tuple[Variant, ...]:
+    """Variants worth evaluating: GPU builds for GPU hosts, the CPU build for others."""
+    if tgts:
+        return tuple(v for v in release.variants if v.cuda is not None)
+    return tuple(v for v in release.variants if v.cuda is None)
+
+
+def _best(evs: list[Evaluation]) -> Evaluation | None:
+    ok = [e for e in evs if e.ok]
+    return max(ok, key=lambda e: e.rank()) if ok else None
+
+
+def check(
+    m: Matrix,
+    gpus: list[Any] | tuple[Any, ...],
+    torch: str,
+    driver: str | None = None,
+    python: str | None = None,
+    channel: str | None = None,
+) -> dict[str, Any]:
+    """Whether ``torch`` (``V`` or ``V+VARIANT``) runs on a host with these GPUs."""
+    tgts, drv, py, ch = parse_host(m, gpus, driver, python, channel)
+    release, variant = parse_torch(m, torch)
+    candidates = (variant,) if variant is not None else release.variants
+    evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in candidates]
+    best = _best(evs)
+    if best is not None:
+        return _verdict(m, best, tgts, drv, True, best.reasons + best.notes)
+    # Without +VARIANT the CPU build's "runs no CUDA kernels" says nothing useful.
+    relevant = [e for e in evs if variant is not None or e.variant.cuda is not None or not tgts]
+    reasons = list(dict.fromkeys(r for e in relevant or evs for r in e.failures))
+    out = _verdict(m, evs[0], tgts, drv, False, reasons)
+    out["variant"] = variant.name if variant is not None else None
+    out["cuda"] = variant.cuda_text if variant is not None else None
+    return out
+
+
+def _verdict(
+    m: Matrix,
+    ev: Evaluation,
+    tgts: list[Target],
+    drv: VersionKey | None,
+    ok: bool,
+    reasons: list[str],
+) -> dict[str, Any]:
+    return {
+        "compatible": ok,
+        "torch": ev.release.version,
+        "variant": ev.variant.name,
+        "cuda": ev.variant.cuda_text,
+        "channel": ev.channel,
+        "gpus": [_target_cov(t, ev) for t in tgts],
+        "driver": _driver_info(m, ev, tgts, drv),
+        "reasons": reasons,
+    }
+
+
+def _target_cov(t: Target, ev: Evaluation) -> dict[str, Any]:
+    d = t.to_dict()
+    cov = next((c for tt, c in ev.coverage if tt is t), None)
+    d["covered_by"] = cov[1] if cov else None
+    d["via"] = cov[0] if cov else None
+    return d
+
+
+def _driver_info(
+    m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None
+) -> dict[str, Any]:
+    usable = driving_branches(m, tgts) if tgts else [b.branch for b in m.branches]
+    tk = ev.toolkit
+    info: dict[str, Any] = {
+        "given": describe_driver(drv) if drv else None,
+        "compatibility": ev.compat,
+        "min_version": tk.min_driver_text if tk else None,
+        "minor_compat_min_version": tk.minor_compat_text if tk else None,
+        "branches": ev.branches if drv is None else [],
+        "branch": (drv[0] if drv else (ev.branches[-1] if ev.branches else None)),
+        "newest_branch_for_gpus": usable[-1] if usable else None,
+        "oldest_branch_for_gpus": usable[0] if usable else None,
+    }
+    return info
+
+
+def resolve(
+    m: Matrix,
+    gpus: list[Any] | tuple[Any, ...],
+    driver: str | None = None,
+    python: str | None = None,
+    channel: str | None = None,
+) -> dict[str, Any]:
+    """The newest official build that runs on every GPU of a host, and why."""
+    tgts, drv, py, ch = parse_host(m, gpus, driver, python, channel)
+    for release in reversed(m.releases):
+        if py is not None and py not in release.python:
+            continue
+        # Cheap filter first: only builds with a kernel image for every GPU get evaluated.
+        cands = [v for v in _variants_for(release, tgts) if _covers_all(v, tgts, ch)]
+        evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in cands]
+        best = _best(evs)
+        if best is not None:
+            return _plan(m, best, tgts, drv)
+    return _no_plan(m, tgts, drv, py, ch)
+
+
+def _covers_all(variant: Variant, tgts: list[Target], channel: str) -> bool:
+    if channel not in variant.channels:
+        return False
+    sass, ptx = variant.archs(channel)
+    return all(rules.coverage(sass, ptx, t.cc) is not None for t in tgts)
+
+
+def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None) -> dict[str, Any]:
+    rel, var = ev.release, ev.variant
+    plan = _verdict(m, ev, tgts, drv, True, [])
+    plan.pop("compatible")
+    reasons = [
+        f"torch {rel.version} is the newest release with a build for every GPU"
+        + (f" ({', '.join(t.label for t in tgts)})" if tgts else " (no GPU: CPU build)")
+    ]
+    reasons += ev.reasons
+    if tgts and var.name != rel.pypi_default:
+        reasons.append(
+            f"{var.name} chosen over the PyPI default {rel.pypi_default}: "
+            "better driver compatibility or kernel coverage"
+        )
+    if drv is None and ev.branches:
+        reasons.append(
+            f"driver branches {ev.branches[0]}..{ev.branches[-1]} drive every GPU and run CUDA "
+            f"{var.cuda_text}; newest: {ev.branches[-1]}"
+        )
+    plan.update(
+        {
+            "ok": True,
+            "torchvision": rel.torchvision,
+            "torchaudio": rel.torchaudio,
+            "python": list(rel.python),
+            "install": install_commands(rel, var),
+            "container": _container_for(m, tgts, drv, ev),
+            "reasons": reasons,
+            "notes": ev.notes,
+        }
+    )
+    return plan
+
+
+def _container_for(
+    m: Matrix, tgts: list[Target], drv: VersionKey | None, ev: Evaluation
+) -> dict[str, Any] | None:
+    """The newest NGC PyTorch container whose CUDA supports every GPU and the driver."""
+    if not tgts:
+        return None
+    top_branch = drv[0] if drv else (ev.branches[-1] if ev.branches else None)
+    if top_branch is None:
+        return None
+    for c in sorted(m.containers, key=lambda c: c.tag, reverse=True):
+        try:
+            cuda = version_key(c.cuda, "CUDA")
+            need = version_key(c.min_driver, "driver")
+        except CompatError:
+            continue
+        tk = m.toolkit(cuda)
+        if tk is None or not all(
+            rules.toolkit_supports(tk, t.cc) and t.cc >= c.min_cc for t in tgts
+        ):
+            continue
+        if top_branch < need[0] or (drv is not None and cmp_key(drv) < cmp_key(need)):
+            continue
+        return {
+            "image": c.image,
+            "tag": c.tag,
+            "torch": c.torch,
+            "cuda": c.cuda,
+            "min_driver": c.min_driver,
+            "source": c.source,
+        }
+    return None
+
+
+def _no_plan(
+    m: Matrix, tgts: list[Target], drv: VersionKey | None, py: str | None, ch: str
+) -> dict[str, Any]:
+    reasons: list[str] = []
+    hints: list[str] = []
+    for t in tgts:
+        last = last_covering(m, t.cc, ch)
+        if last is None:
+            reasons.append(
+                f"no official torch {ch} build carries kernels for {t.label} "
+                f"{rules.describe_cc(t.cc)}"
+            )
+            hints.append(
+                f"build torch from source with TORCH_CUDA_ARCH_LIST={cc_str(t.cc)}, or use a "
+                "community build"
+            )
+            continue
+        rel, var = last
+        reasons.append(
+            f"the newest official {ch} build with kernels for {t.label} is torch "
+            f"{rel.version}+{var.name}"
+        )
+        if py is not None and py not in rel.python:
+            hints.append(
+                f"torch {rel.version} needs Python {', '.join(rel.python)}: use a conda or venv "
+                f"environment with that Python (asked for {py})"
+            )
+        if ch == "pip":
+            conda_last = last_covering(m, t.cc, "conda")
+            if conda_last is not None and conda_last[0].key > rel.key:
+                hints.append(
+                    f"the conda build of torch {conda_last[0].version}+{conda_last[1].name} "
+                    f"also covers {t.label}: try --channel conda"
+                )
+        if drv is not None:
+            ev = evaluate(m, rel, var, [t], drv, None, ch)
+            hints.extend(r for r in ev.failures if r.startswith(("driver", "CUDA")))
+            usable = driving_branches(m, [t])
+            if usable and not drives(drv[0], t):
+                hints.append(f"use a driver of branch {usable[0]}..{usable[-1]}")
+    if len(tgts) > 1 and not hints:
+        hints.append(
+            "no single official build covers all these GPUs together: split them across "
+            "hosts or containers, or build from source for all of their capabilities"
+        )
+    if len(tgts) > 1:
+        reasons.append(
+            "a build must cover every GPU of the host: "
+            + ", ".join(f"{t.label} ({cc_str(t.cc)})" for t in tgts)
+        )
+    usable = driving_branches(m, tgts)
+    if tgts and not usable:
+        reasons.append("no driver branch drives all of: " + ", ".join(t.label for t in tgts))
+    return {
+        "ok": False,
+        "torch": None,
+        "variant": None,
+        "cuda": None,
+        "torchvision": None,
+        "torchaudio": None,
+        "channel": ch,
+        "gpus": [t.to_dict() for t in tgts],
+        "install": None,
+        "container": None,
+        "driver": {
+            "given": describe_driver(drv) if drv else None,
+            "newest_branch_for_gpus": usable[-1] if usable else None,
+            "oldest_branch_for_gpus": usable[0] if usable else None,
+        },
+        "reasons": reasons,
+        "notes": list(dict.fromkeys(hints)),
+    }
+
+
+def last_covering(m: Matrix, cc: CC, channel: str) -> tuple[Release, Variant] | None:
+    """The newest release with a build for ``cc`` (driver not considered), and its best variant:
+    the PyPI default when it covers, else the newest CUDA."""
+    for rel, variants in reversed(releases_for(m, cc, channel)):
+        best = max(variants, key=lambda v: (v.name == rel.pypi_default, cmp_key(v.cuda or (0,))))
+        return rel, best
+    return None
+
+
+def releases_for(m: Matrix, cc: CC, channel: str) -> list[tuple[Release, list[Variant]]]:
+    """Every release with the variants whose build runs on ``cc`` (driver not considered)."""
+    out = []
+    for rel in m.releases:
+        ok = [
+            v
+            for v in rel.variants
+            if v.cuda is not None
+            and channel in v.channels
+            and rules.coverage(*v.archs(channel), cc) is not None
+        ]
+        if ok:
+            out.append((rel, ok))
+    return out
+
+
+def check_measured(
+    m: Matrix,
+    gpus: list[Any] | tuple[Any, ...],
+    measured: dict[str, Any],
+    driver: str | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """The rules applied to an arch list measured from a binary (``gpu-compat inspect``)
+    instead of the table's."""
+    tgts, drv, py, _ = parse_host(m, gpus, driver, python, None)
+    full = str(measured.get("torch_version") or "")
+    version, _, local = full.partition("+")
+    cuda = measured.get("cuda")
+    if measured.get("cpu_only") or not cuda:
+        cuda = None
+    name = local or (f"cu{str(cuda).replace('.', '')}" if cuda else "cpu")
+    row = {
+        "name": name,
+        "cuda": cuda,
+        "channels": list(CHANNELS),
+        "sass": list(measured.get("sass") or []),
+        "ptx": list(measured.get("ptx") or []),
+        "source": f"measured: {measured.get('path', 'binary')}",
+    }
+    known = m.release(version) if version else None
+    release = known or Release(
+        {
+            "version": version or "0",
+            "python": [],
+            "variants": [row],
+            "source": "measured",
+            "pypi_default": name,
+        }
+    )
+    variant = Variant(row)
+    ev = evaluate(m, release, variant, tgts, drv, py if known else None, "pip")
+    out = _verdict(m, ev, tgts, drv, ev.ok, ev.reasons + ev.notes if ev.ok else ev.failures)
+    out["torch"] = full or None
+    out["measured"] = True
+    return out
