@@ -77,8 +77,19 @@ def _parser() -> argparse.ArgumentParser:
     mx.add_argument("--markdown", action="store_true", help="Markdown table (for the README)")
     mx.add_argument("--channel", choices=("pip", "conda"), default="pip")
 
-    ins = add("inspect", "measure the CUDA arch list inside a torch wheel, install or .so")
+    ins = add(
+        "inspect",
+        "measure the CUDA arch lists of torch and its CUDA libraries (cuDNN, cuBLAS, NCCL, ...) "
+        "in a wheel, a directory of wheels, an install (venv, site-packages) or a .so",
+    )
     ins.add_argument("path")
+    ins.add_argument(
+        "--gpu",
+        action="append",
+        default=[],
+        metavar="G",
+        help="judge torch and every CUDA library for this GPU (repeat for each GPU)",
+    )
     return p
 
 
@@ -275,8 +286,16 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from compat.inspect_torch import InspectError, inspect_path
+    from compat import gpus, rules
+    from compat.inspect_torch import (
+        InspectError,
+        format_libraries,
+        inspect_path,
+        library_coverage,
+        weakest_link,
+    )
 
+    tgts = gpus.targets(compat.load(), args.gpu)
     try:
         result = inspect_path(args.path)
     except InspectError as exc:
@@ -285,13 +304,50 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     human = [f"torch {d.get('torch_version') or '?'} ({d.get('cuda') or 'no CUDA'})"]
     if d["cpu_only"]:
         human.append("CPU-only build: no CUDA kernels")
-    else:
+    elif result.main_library is not None:
         human.append("SASS: " + " ".join(d["sass"]))
         human.append("PTX:  " + (" ".join(d["ptx"]) or "-"))
         for arch, where in sorted(d.get("extras", {}).items()):
             human.append(f"extra {arch}: {', '.join(where)} (vendor code, not coverage)")
+    human += format_libraries(result.cuda_libraries, [])
+    per_gpu = []
+    ok = True
+    for t in tgts:
+        torch_cov = (
+            rules.coverage(tuple(result.sass), tuple(result.ptx), t.cc)
+            if result.main_library is not None
+            else None
+        )
+        covs = library_coverage(result.cuda_libraries, t.cc)
+        weak = weakest_link(covs)
+        gpu = t.to_dict()
+        gpu["torch"] = (
+            None
+            if result.main_library is None
+            else {"result": torch_cov[0] if torch_cov else "none", "covered_by": _cov(torch_cov)}
+        )
+        gpu["libraries"] = [c.to_dict() for c in covs]
+        gpu["weakest_link"] = weak.to_dict() if weak is not None else None
+        per_gpu.append(gpu)
+        if result.main_library is not None:
+            how = f"{torch_cov[0]} {torch_cov[1]}" if torch_cov else "NO kernel image"
+            human.append(f"{t.label} {rules.describe_cc(t.cc)}: torch: {how}")
+            ok = ok and torch_cov is not None
+        for c in covs:
+            how = f"{c.kind} {c.entry}" if c.entry else "NO kernel image: its operations fail"
+            human.append(f"{t.label}: {c.library.display} {c.library.version or ''}: {how}")
+            ok = ok and c.entry is not None
+        if weak is not None:
+            how = f"{weak.kind} {weak.entry}" if weak.entry else "no kernel image"
+            human.append(f"{t.label}: weakest link: {weak.library.display} ({how})")
+    if tgts:
+        d["gpus"] = per_gpu
     _emit(args, d, human)
-    return OK
+    return OK if ok else NO
+
+
+def _cov(cov: tuple[str, str] | None) -> str | None:
+    return cov[1] if cov else None
 
 
 _COMMANDS = {

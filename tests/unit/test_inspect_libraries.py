@@ -1,0 +1,254 @@
+"""Tests of the CUDA-library part of compat.inspect_torch (cuDNN, cuBLAS, ... in an install).
+
+The libraries are ELF files built here with known fatbin entries; layouts mimic NVIDIA's
+``nvidia-*`` wheels (``nvidia/<lib>/lib/*.so.N`` plus a dist-info with METADATA and RECORD)
+and torch wheels that bundle the libraries in ``torch/lib``."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from fatbin_builders import PTX, SASS, container, elf, entry, pad8, write_torch
+
+from compat.inspect_torch import (
+    CudaLibrary,
+    InspectError,
+    cuda_library_name,
+    format_libraries,
+    inspect_path,
+    library_coverage,
+    main,
+    weakest_link,
+)
+
+
+def lib_bytes(*archs: tuple[int, int]) -> bytes:
+    """One library with one container per (kind, arch)."""
+    blobs = [pad8(container(entry(kind, arch))) for kind, arch in archs]
+    return elf({".nv_fatbin": b"".join(blobs)})
+
+
+Files = dict[str, tuple[tuple[int, int], ...]]
+
+# file -> entries: cuDNN 9 starts at sm_50 (as measured on nvidia-cudnn-cu11 9.1.0.70)
+CUDNN: Files = {
+    "libcudnn_ops.so.9": ((SASS, 50), (SASS, 80)),
+    "libcudnn_engines_precompiled.so.9": ((SASS, 60), (SASS, 90), (PTX, 90)),
+}
+CUBLAS: Files = {"libcublas.so.11": ((SASS, 35),), "libcublasLt.so.11": ((SASS, 80), (PTX, 90))}
+
+
+def write_nvidia(site: Path, lib: str, dist: str, version: str, files: Files) -> None:
+    d = site / "nvidia" / lib / "lib"
+    d.mkdir(parents=True)
+    record = []
+    for name, archs in files.items():
+        (d / name).write_bytes(lib_bytes(*archs))
+        record.append(f"nvidia/{lib}/lib/{name},sha256=x,1")
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n\nx\n"
+    )
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+def nvidia_wheel(path: Path, lib: str, dist: str, version: str, files: Files) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, archs in files.items():
+            zf.writestr(f"nvidia/{lib}/lib/{name}", lib_bytes(*archs))
+        zf.writestr(f"nvidia/{lib}/__init__.py", "")
+        info = f"{dist.replace('-', '_')}-{version}.dist-info"
+        zf.writestr(
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        )
+    return path
+
+
+def by_name(libs: list[CudaLibrary]) -> dict[str, CudaLibrary]:
+    return {lib.name: lib for lib in libs}
+
+
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        ("libcudnn_ops.so.9", "cudnn"),
+        ("nvidia/cublas/lib/libcublasLt.so.12", "cublas"),
+        ("libcusparseLt.so.0", "cusparselt"),
+        ("libcusparse.so.12", "cusparse"),
+        ("libnccl.so.2", "nccl"),
+        ("torch/lib/libtorch_cuda.so", None),
+        ("libcudnn.txt", None),
+        ("cudnn.so", None),
+    ],
+)
+def test_cuda_library_name(file: str, expected: str | None) -> None:
+    assert cuda_library_name(file) == expected
+
+
+def test_venv_with_nvidia_wheels(tmp_path: Path) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    write_torch(site, cuda=True)
+    write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
+    write_nvidia(site, "cublas", "nvidia-cublas-cu11", "11.11.3.6", CUBLAS)
+    r = inspect_path(tmp_path / "venv")
+    # torch's own arch list is unchanged by the libraries next to it
+    assert r.sass == ["sm_80", "sm_86", "sm_90"]
+    libs = r.cuda_libraries
+    assert [(lib.name, lib.package) for lib in libs] == [
+        ("cublas", "nvidia-cublas-cu11"),
+        ("cudnn", "nvidia-cudnn-cu11"),
+        ("cudnn", "torch (bundled)"),
+    ]
+    cudnn = libs[1]
+    assert cudnn.version == "9.1.0.70"
+    assert cudnn.sass == ["sm_50", "sm_60", "sm_80", "sm_90"]
+    assert cudnn.ptx == ["compute_90"]
+    assert cudnn.containers == 5
+    assert cudnn.files == [
+        "nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9",
+        "nvidia/cudnn/lib/libcudnn_ops.so.9",
+    ]
+    assert libs[0].sass == ["sm_35", "sm_80"]
+    assert libs[0].ptx == ["compute_90"]
+    d = r.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["cuda_libraries"][1]["display"] == "cuDNN"
+
+
+def test_coverage_and_weakest_link(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
+    write_nvidia(site, "cublas", "nvidia-cublas-cu11", "11.11.3.6", CUBLAS)
+    libs = inspect_path(site).cuda_libraries
+    k80 = library_coverage(libs, (3, 7))
+    assert [(c.library.name, c.kind, c.entry) for c in k80] == [
+        ("cublas", "sass", "sm_35"),
+        ("cudnn", "none", None),
+    ]
+    weak = weakest_link(k80)
+    assert weak is not None
+    assert weak.library.name == "cudnn"
+    assert weak.kind == "none"
+    # 8.9: both through SASS; the weakest is the one whose best SASS is furthest below
+    ada = library_coverage(libs, (8, 9))
+    assert {c.library.name: c.entry for c in ada} == {"cublas": "sm_80", "cudnn": "sm_80"}
+    # 10.0: only PTX compute_90 in both
+    b200 = library_coverage(libs, (10, 0))
+    assert {c.kind for c in b200} == {"ptx"}
+    # 6.0: cuDNN through sm_60, cuBLAS has neither a 6.x SASS nor a PTX at or below 6.0
+    p100 = weakest_link(library_coverage(libs, (6, 0)))
+    assert p100 is not None
+    assert p100.library.name == "cublas"
+    assert p100.kind == "none"
+    assert weakest_link([]) is None
+    lines = format_libraries(libs, [(3, 7)])
+    assert lines[0] == (
+        "library cuBLAS (nvidia-cublas-cu11 11.11.3.6): sass sm_35 sm_80; ptx compute_90"
+    )
+    assert "sm_37: cuDNN: NO kernel image" in lines
+    assert lines[-1] == "sm_37: weakest link: cuDNN (no kernel image)"
+
+
+def test_nvidia_wheel_and_wheel_set(tmp_path: Path) -> None:
+    (tmp_path / "set").mkdir()
+    one = nvidia_wheel(
+        tmp_path / "set" / "nvidia_cudnn_cu12-9.5.1.17-py3-none-manylinux2014_x86_64.whl",
+        "cudnn",
+        "nvidia-cudnn-cu12",
+        "9.5.1.17",
+        CUDNN,
+    )
+    r = inspect_path(one)
+    assert r.torch_version is None
+    assert r.main_library is None
+    assert not r.cpu_only
+    assert [(x.name, x.package, x.version) for x in r.cuda_libraries] == [
+        ("cudnn", "nvidia-cudnn-cu12", "9.5.1.17")
+    ]
+    nvidia_wheel(
+        tmp_path / "set" / "nvidia_cublas_cu12-12.6.4.1-py3-none-manylinux2014_x86_64.whl",
+        "cublas",
+        "nvidia-cublas-cu12",
+        "12.6.4.1",
+        CUBLAS,
+    )
+    (tmp_path / "set" / "numpy-2.0-cp311-none-any.whl").write_bytes(b"not a zip")
+    with zipfile.ZipFile(tmp_path / "set" / "six-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr("six.py", "")
+    libs = by_name(inspect_path(tmp_path / "set").cuda_libraries)
+    assert set(libs) == {"cudnn", "cublas"}
+    assert libs["cublas"].version == "12.6.4.1"
+
+
+def test_wheel_set_without_cuda_libraries(tmp_path: Path) -> None:
+    with zipfile.ZipFile(tmp_path / "six-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr("six.py", "")
+    with pytest.raises(InspectError, match="none of its wheels"):
+        inspect_path(tmp_path)
+
+
+def test_archive_without_torch_or_nvidia(tmp_path: Path) -> None:
+    wheel = tmp_path / "six-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("six.py", "")
+    with pytest.raises(InspectError, match="no torch/ package and no nvidia/"):
+        inspect_path(wheel)
+
+
+def test_cli_cc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    site = tmp_path / "site"
+    write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
+    assert main([str(site), "--cc", "3.7"]) == 0
+    out = capsys.readouterr().out
+    assert "library cuDNN (nvidia-cudnn-cu11 9.1.0.70): sass sm_50 sm_60 sm_80 sm_90" in out
+    assert "sm_37: weakest link: cuDNN (no kernel image)" in out
+    assert main([str(site), "--cc", "3.7", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["library_coverage"] == [
+        {
+            "library": "cudnn",
+            "package": "nvidia-cudnn-cu11",
+            "version": "9.1.0.70",
+            "compute_capability": "3.7",
+            "result": "none",
+            "covered_by": None,
+        }
+    ]
+    with pytest.raises(SystemExit):
+        main([str(site), "--cc", "sm_37"])
+
+
+def test_gpu_compat_inspect_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpu-compat inspect PATH --gpu G`: torch's coverage and each library's, per GPU."""
+    from compat.cli import main as cli
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    write_torch(site, cuda=True)
+    write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
+    write_nvidia(site, "cublas", "nvidia-cublas-cu11", "11.11.3.6", CUBLAS)
+    # A100 (8.0): torch sm_80, cuDNN sm_80, cuBLAS sm_80 -> yes
+    assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "A100-SXM4-40GB"]) == 0
+    out = capsys.readouterr().out
+    assert "A100-SXM4-40GB sm_80 (8.0): torch: sass sm_80" in out
+    assert "A100-SXM4-40GB: cuDNN 9.1.0.70: sass sm_80" in out
+    # Tesla K80 (3.7): torch has nothing, cuDNN nothing, cuBLAS sm_35 -> no, cuDNN named
+    assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "K80", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    (gpu,) = d["gpus"]
+    assert gpu["name"] == "Tesla K80"
+    assert gpu["torch"] == {"result": "none", "covered_by": None}
+    libs = {(c["library"], c["package"]): c["result"] for c in gpu["libraries"]}
+    assert libs[("cudnn", "nvidia-cudnn-cu11")] == "none"
+    assert libs[("cublas", "nvidia-cublas-cu11")] == "sass"
+    assert gpu["weakest_link"]["library"] == "cudnn"
+    # only the libraries (a site-packages without torch): the torch line is absent
+    only = tmp_path / "libs"
+    write_nvidia(only, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
+    assert cli(["inspect", str(only), "--gpu", "3.7"]) == 1
+    out = capsys.readouterr().out
+    assert "torch:" not in out
+    assert "sm_37: cuDNN 9.1.0.70: NO kernel image: its operations fail" in out
