@@ -22,6 +22,8 @@ from compat.model import (
     Container,
     DriverBranch,
     KnownError,
+    LibraryBuild,
+    LibraryPin,
     Release,
     Toolkit,
     VersionKey,
@@ -65,9 +67,15 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "ngc.yaml",
     ),
     "errors": ("errors", ("id", "patterns", "source"), "errors.yaml"),
+    "libraries": (
+        "libraries",
+        ("library", "package", "version", "source"),
+        "libraries.yaml",
+    ),
+    "pins": ("pins", ("torch", "variant", "packages", "source"), "libraries.yaml"),
     "floors": ("floors", ("gpu", "source"), "perf.yaml"),
 }
-_OPTIONAL_TABLES = {"debian", "containers", "floors"}
+_OPTIONAL_TABLES = {"debian", "containers", "floors", "libraries", "pins"}
 _VARIANT_FIELDS = ("name", "channels", "source")
 
 
@@ -233,6 +241,29 @@ def _validate(tables: dict[str, list[dict[str, Any]]]) -> None:
                     raise CompatDataError(
                         f"{where} {v['name']}: PTX entry {entry!r} is not compute_XY"
                     )
+    _validate_libraries(tables)
+
+
+def _validate_libraries(tables: dict[str, list[dict[str, Any]]]) -> None:
+    builds = set()
+    for row in tables.get("libraries", ()):
+        where = f"libraries.yaml: {row['package']}=={row['version']}"
+        for entry in row.get("sass") or ():
+            if not str(entry).startswith("sm_"):
+                raise CompatDataError(f"{where}: SASS entry {entry!r} is not sm_XY")
+        for entry in row.get("ptx") or ():
+            if not str(entry).startswith("compute_"):
+                raise CompatDataError(f"{where}: PTX entry {entry!r} is not compute_XY")
+        builds.add(f"{row['package']}=={row['version']}")
+    releases = {str(r["version"]): r for r in tables["releases"]}
+    for pin in tables.get("pins", ()):
+        where = f"libraries.yaml: pin torch {pin['torch']}+{pin['variant']}"
+        rel = releases.get(str(pin["torch"]))
+        if rel is None or not any(v["name"] == pin["variant"] for v in rel["variants"]):
+            raise CompatDataError(f"{where}: no such release and variant in torch_*.yaml")
+        for package in pin["packages"]:
+            if package not in builds:
+                raise CompatDataError(f"{where}: {package} has no measured row in 'libraries'")
 
 
 class Matrix:
@@ -256,6 +287,12 @@ class Matrix:
         )
         self.errors: tuple[KnownError, ...] = tuple(KnownError(r) for r in tables["errors"])
         self.floors: tuple[dict[str, Any], ...] = tuple(tables.get("floors", ()))
+        self.libraries: dict[str, LibraryBuild] = {
+            b.spec: b for b in (LibraryBuild(r) for r in tables.get("libraries", ()))
+        }
+        self.pins: dict[tuple[str, str], LibraryPin] = {
+            (p.torch, p.variant): p for p in (LibraryPin(r) for r in tables.get("pins", ()))
+        }
         self._pci: dict[str, GPU] = {}
         for g in self.gpus:
             for pci in g.pci_ids:
@@ -297,6 +334,16 @@ class Matrix:
             if r.version == version:
                 return r
         return None
+
+    def libraries_of(
+        self, release: str, variant: str
+    ) -> tuple[LibraryPin, list[LibraryBuild]] | None:
+        """The measured CUDA library wheels that torch ``release``+``variant`` pins, or None
+        when no pin of that build is in the data."""
+        pin = self.pins.get((release, variant))
+        if pin is None:
+            return None
+        return pin, [self.libraries[p] for p in pin.packages if p in self.libraries]
 
     def branch(self, number: int) -> DriverBranch | None:
         for b in self.branches:

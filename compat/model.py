@@ -343,6 +343,38 @@ class Container:
         self.source: str = row["source"]
 
 
+class LibraryBuild:
+    """One measured CUDA library wheel (``nvidia-cudnn-cu12==9.5.1.17``): its arch set."""
+
+    __slots__ = ("confidence", "library", "package", "ptx", "sass", "source", "version")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.library: str = str(row["library"])
+        self.package: str = str(row["package"])
+        self.version: str = str(row["version"])
+        self.sass: tuple[str, ...] = tuple(row.get("sass") or ())
+        self.ptx: tuple[str, ...] = tuple(row.get("ptx") or ())
+        self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+class LibraryPin:
+    """The CUDA library wheels one torch build pins (``Requires-Dist`` of its wheel)."""
+
+    __slots__ = ("confidence", "packages", "source", "torch", "variant")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.torch: str = str(row["torch"])
+        self.variant: str = str(row["variant"])
+        self.packages: tuple[str, ...] = tuple(str(p) for p in row["packages"])
+        self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
+
+
 class KnownError:
     __slots__ = ("causes", "checks", "fixes", "id", "patterns", "source", "title")
 

@@ -18,6 +18,13 @@ Every disagreement between the measured SASS/PTX lists and the matrix
 ``compat/data/torch_*.yaml`` directly when the matrix cannot be loaded) is
 printed.  Exit 0: all agree; 1: disagreements; 2: a download or read failed.
 
+A spec naming an NVIDIA CUDA library wheel (``nvidia-cudnn-cu12==9.5.1.17``,
+``nvidia-cublas==13.1.1.3``) is downloaded for manylinux x86_64 from pip's
+indexes (PyPI serves them), measured per library (the union of the entries of
+every ``.nv_fatbin`` container in its shared objects) and compared with its row
+in ``compat/data/libraries.yaml``; ``--print-rows`` prints the measured rows in
+that file's YAML form instead of comparing.
+
 Not part of the test run (it downloads hundreds of MB per wheel).
 """
 
@@ -151,12 +158,76 @@ def compare(result: InspectResult) -> list[str]:
     return problems
 
 
+def is_library_spec(spec: str) -> bool:
+    return Path(spec).name.replace("_", "-").startswith("nvidia-")
+
+
+def download_library(spec: str, dest: Path, index_url: str | None) -> Path:
+    """``pip download`` one NVIDIA library wheel (manylinux x86_64) into ``dest``."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir"]
+    cmd += ["--only-binary=:all:", "--dest", str(dest), spec]
+    for platform in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux2014_x86_64"):
+        cmd += ["--platform", platform]
+    if index_url:
+        cmd += ["--index-url", index_url]
+    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip download {spec} failed:\n{proc.stderr[-2000:]}")
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != 1:
+        raise RuntimeError(f"pip download {spec} left {len(wheels)} wheels")
+    return wheels[0]
+
+
+def library_rows(result: InspectResult) -> list[dict[str, Any]]:
+    """The measured libraries of an nvidia-* wheel as rows of ``libraries.yaml``."""
+    return [
+        {
+            "library": lib.name,
+            "package": lib.package,
+            "version": lib.version,
+            "sass": list(lib.sass),
+            "ptx": list(lib.ptx),
+        }
+        for lib in result.cuda_libraries
+        if lib.containers
+    ]
+
+
+def compare_library(result: InspectResult) -> list[str]:
+    """Disagreements between a measured library wheel and ``compat/data/libraries.yaml``."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "compat/data/libraries.yaml").read_text(encoding="utf-8"))
+    rows = {(r["package"], str(r["version"])): r for r in (data or {}).get("libraries") or ()}
+    problems = []
+    measured = library_rows(result)
+    if not measured:
+        return [f"{result.path}: no CUDA library with kernels found"]
+    for m in measured:
+        where = f"{m['package']}=={m['version']}"
+        row = rows.get((m["package"], str(m["version"])))
+        if row is None:
+            problems.append(f"{where}: not in compat/data/libraries.yaml")
+            continue
+        for kind in ("sass", "ptx"):
+            if list(row.get(kind) or []) != m[kind]:
+                problems.append(f"{where}: {kind} {row.get(kind)} in the data, measured {m[kind]}")
+    return problems
+
+
 def measure(spec: str, args: argparse.Namespace) -> InspectResult:
     path = Path(spec)
     if path.is_file():
         return inspect_path(path)
     with tempfile.TemporaryDirectory(prefix="gpuprov-wheel-") as tmp:
-        wheel = download(spec, Path(tmp), args.index_url, args.pytorch_index, args.python_version)
+        if is_library_spec(spec):
+            wheel = download_library(spec, Path(tmp), args.index_url)
+        else:
+            wheel = download(
+                spec, Path(tmp), args.index_url, args.pytorch_index, args.python_version
+            )
         print(f"measuring {wheel.name} ({wheel.stat().st_size >> 20} MiB)", file=sys.stderr)
         return inspect_path(wheel)
 
@@ -176,6 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="download wheels built for this Python (e.g. 3.7 for torch 1.x)",
     )
     parser.add_argument("--json", action="store_true", help="print measurements as JSON")
+    parser.add_argument(
+        "--print-rows",
+        action="store_true",
+        help="for nvidia-* library wheels: print the measured libraries.yaml rows, compare nothing",
+    )
     args = parser.parse_args(argv)
 
     status = 0
@@ -187,12 +263,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {spec}: {exc}", file=sys.stderr)
             status = 2
             continue
-        problems = compare(result)
+        if is_library_spec(spec):
+            problems = [] if args.print_rows else compare_library(result)
+            for row in library_rows(result):
+                print(
+                    f"{spec}: {row['library']} {row['package']} {row['version']} "
+                    f"sass={' '.join(row['sass']) or '-'} ptx={' '.join(row['ptx']) or '-'}"
+                )
+                if args.print_rows:
+                    import yaml
+
+                    print(yaml.safe_dump([row], sort_keys=False, width=100), end="")
+        else:
+            problems = compare(result)
+            print(
+                f"{spec}: torch {result.torch_version} ({result.variant}) "
+                f"sass={' '.join(result.sass) or '-'} ptx={' '.join(result.ptx) or '-'}"
+            )
         report.append({"spec": spec, "measured": result.to_dict(), "disagreements": problems})
-        print(
-            f"{spec}: torch {result.torch_version} ({result.variant}) "
-            f"sass={' '.join(result.sass) or '-'} ptx={' '.join(result.ptx) or '-'}"
-        )
         for arch, where in result.extras.items():
             print(f"  extra {arch}: {'; '.join(where)}")
         for problem in problems:

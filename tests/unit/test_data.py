@@ -25,6 +25,7 @@ TABLE_KEYS = {
     "ngc.yaml": "containers",
     "errors.yaml": "errors",
     "perf.yaml": "floors",
+    "libraries.yaml": "libraries",
 }
 
 
@@ -297,3 +298,66 @@ def test_broken_yaml_is_rejected(tmp_path: Path) -> None:
 def test_cc_key_rejects_garbage() -> None:
     with pytest.raises(CompatDataError.__mro__[1], match="malformed compute capability"):
         cc_key("sm_35")
+
+
+def test_library_rows_sorted_unique_and_well_formed(real: Matrix) -> None:
+    rows = _rows("libraries.yaml")
+    keys = [(r["library"], r["package"], version_key(str(r["version"]))) for r in rows]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+    for r in rows:
+        assert "measured" in str(r["source"]), r
+        for kind, prefix in (("sass", "sm_"), ("ptx", "compute_")):
+            entries = list(r.get(kind) or [])  # type: ignore[call-overload]
+            assert all(e.startswith(prefix) for e in entries), r
+            for e in entries:
+                rules.parse_arch(e)
+            keyed = [rules.parse_arch(e)[1] for e in entries]
+            assert keyed == sorted(keyed), r
+    assert set(real.libraries) == {f"{r['package']}=={r['version']}" for r in rows}
+
+
+def test_library_pins_name_measured_wheels_and_real_builds(real: Matrix) -> None:
+    doc = yaml.safe_load((DATA_DIR / "libraries.yaml").read_text())
+    pins = doc["pins"]
+    keys = [(version_key(str(p["torch"])), p["variant"]) for p in pins]
+    assert keys == sorted(keys)
+    for p in pins:
+        assert len(str(p["source"])) > 10, p
+        if p.get("confidence") == "unverified":
+            assert p.get("notes"), p
+        found = real.libraries_of(str(p["torch"]), p["variant"])
+        assert found is not None
+        pin, builds = found
+        assert [b.spec for b in builds] == list(pin.packages)
+        rel = real.release(str(p["torch"]))
+        assert rel is not None
+        assert rel.variant(p["variant"]) is not None
+
+
+def test_library_facts(real: Matrix) -> None:
+    """Facts a reader can check against the table: cuDNN 9 has no Kepler kernels; the CUDA 11
+    cuBLAS still has sm_35."""
+    for spec, build in real.libraries.items():
+        if build.library == "cudnn" and build.version.startswith("9."):
+            assert rules.coverage(build.sass, build.ptx, (3, 7)) is None, spec
+    cublas11 = real.libraries["nvidia-cublas-cu11==11.11.3.6"]
+    assert rules.coverage(cublas11.sass, cublas11.ptx, (3, 7)) == ("sass", "sm_35")
+
+
+def test_pin_of_unknown_build_or_unmeasured_wheel_is_rejected(tmp_path: Path) -> None:
+    for name in TABLE_KEYS:
+        if name != "libraries.yaml":
+            (tmp_path / name).write_text((DATA_DIR / name).read_text())
+    base = (DATA_DIR / "libraries.yaml").read_text()
+    (tmp_path / "libraries.yaml").write_text(base.replace("variant: cu126", "variant: cu999", 1))
+    with pytest.raises(CompatDataError, match=r"pin torch 2\.7\.1\+cu999: no such release"):
+        compile_tables(sorted(tmp_path.glob("*.yaml")))
+    (tmp_path / "libraries.yaml").write_text(
+        base.replace("nvidia-cublas-cu12==12.6.4.1]", "nvidia-cublas-cu12==12.6.9.9]", 1)
+    )
+    with pytest.raises(CompatDataError, match="12.6.9.9 has no measured row"):
+        compile_tables(sorted(tmp_path.glob("*.yaml")))
+    (tmp_path / "libraries.yaml").write_text(base.replace("ptx: [compute_90]", "ptx: [sm_90]", 1))
+    with pytest.raises(CompatDataError, match="PTX entry 'sm_90' is not compute_XY"):
+        compile_tables(sorted(tmp_path.glob("*.yaml")))
