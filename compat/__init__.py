@@ -42,6 +42,7 @@ __all__ = [
     "check",
     "check_measured",
     "explain",
+    "inspect",
     "load",
     "lookup",
     "parse_driver",
@@ -152,3 +153,50 @@ def allowed_branches(gpus: list[Any]) -> list[int]:
 
     m = load()
     return branches.driving_branches(m, _gpus.targets(m, list(gpus)))
+
+
+def inspect(path: str, gpus: list[Any] | None = None) -> dict[str, Any]:
+    """Measure torch's arch list and every CUDA library (cuDNN, cuBLAS, ...) at ``path`` (a
+    wheel, a directory of wheels, an install or a .so) and judge both for each GPU
+    (``gpu-compat inspect``): ``torch`` (None when the path holds no torch), ``libraries``,
+    ``gpus`` [{..., ``torch``, ``libraries``, ``weakest_link``}] and ``ok``."""
+    from compat import cudalibs, rules
+    from compat import gpus as _gpus
+    from compat.inspect_torch import InspectError, inspect_path
+
+    m = load()
+    tgts = _gpus.targets(m, list(gpus or []))
+    try:
+        libs = cudalibs.inspect_libraries(path)
+    except cudalibs.LibraryError as exc:
+        raise CompatError(str(exc)) from exc
+    try:
+        measured: dict[str, Any] | None = inspect_path(path).to_dict()
+    except InspectError as exc:
+        if not libs:
+            raise CompatError(str(exc)) from exc
+        measured = None  # only CUDA libraries here (an nvidia-* wheel or their site-packages)
+    ok = True
+    per_gpu = []
+    for t in tgts:
+        d = t.to_dict()
+        if measured is not None and not measured["cpu_only"]:
+            cov = rules.coverage(tuple(measured["sass"]), tuple(measured["ptx"]), t.cc)
+            d["torch"] = {
+                "result": cov[0] if cov else "none",
+                "covered_by": cov[1] if cov else None,
+            }
+            ok = ok and cov is not None
+        covs = cudalibs.library_coverage(libs, t.cc)
+        weak = cudalibs.weakest_link(covs)
+        d["libraries"] = [c.to_dict() for c in covs]
+        d["weakest_link"] = weak.to_dict() if weak is not None else None
+        ok = ok and all(c.entry is not None for c in covs)
+        per_gpu.append(d)
+    return {
+        "path": str(path),
+        "torch": measured,
+        "libraries": [lib.to_dict() for lib in libs],
+        "gpus": per_gpu,
+        "ok": ok,
+    }

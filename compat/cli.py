@@ -286,68 +286,44 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from compat import gpus, rules
-    from compat.inspect_torch import (
-        InspectError,
-        format_libraries,
-        inspect_path,
-        library_coverage,
-        weakest_link,
-    )
-
-    tgts = gpus.targets(compat.load(), args.gpu)
-    try:
-        result = inspect_path(args.path)
-    except InspectError as exc:
-        raise CompatError(str(exc)) from exc
-    d = result.to_dict()
-    human = [f"torch {d.get('torch_version') or '?'} ({d.get('cuda') or 'no CUDA'})"]
-    if d["cpu_only"]:
-        human.append("CPU-only build: no CUDA kernels")
-    elif result.main_library is not None:
-        human.append("SASS: " + " ".join(d["sass"]))
-        human.append("PTX:  " + (" ".join(d["ptx"]) or "-"))
-        for arch, where in sorted(d.get("extras", {}).items()):
-            human.append(f"extra {arch}: {', '.join(where)} (vendor code, not coverage)")
-    human += format_libraries(result.cuda_libraries, [])
-    per_gpu = []
-    ok = True
-    for t in tgts:
-        torch_cov = (
-            rules.coverage(tuple(result.sass), tuple(result.ptx), t.cc)
-            if result.main_library is not None
-            else None
-        )
-        covs = library_coverage(result.cuda_libraries, t.cc)
-        weak = weakest_link(covs)
-        gpu = t.to_dict()
-        gpu["torch"] = (
-            None
-            if result.main_library is None
-            else {"result": torch_cov[0] if torch_cov else "none", "covered_by": _cov(torch_cov)}
-        )
-        gpu["libraries"] = [c.to_dict() for c in covs]
-        gpu["weakest_link"] = weak.to_dict() if weak is not None else None
-        per_gpu.append(gpu)
-        if result.main_library is not None:
-            how = f"{torch_cov[0]} {torch_cov[1]}" if torch_cov else "NO kernel image"
-            human.append(f"{t.label} {rules.describe_cc(t.cc)}: torch: {how}")
-            ok = ok and torch_cov is not None
-        for c in covs:
-            how = f"{c.kind} {c.entry}" if c.entry else "NO kernel image: its operations fail"
-            human.append(f"{t.label}: {c.library.display} {c.library.version or ''}: {how}")
-            ok = ok and c.entry is not None
+    data = compat.inspect(args.path, args.gpu)
+    d = data["torch"]
+    human = []
+    if d is not None:
+        human.append(f"torch {d.get('torch_version') or '?'} ({d.get('cuda') or 'no CUDA'})")
+        if d["cpu_only"]:
+            human.append("CPU-only build: no CUDA kernels")
+        else:
+            human.append("SASS: " + " ".join(d["sass"]))
+            human.append("PTX:  " + (" ".join(d["ptx"]) or "-"))
+            for arch, where in sorted(d.get("extras", {}).items()):
+                human.append(f"extra {arch}: {', '.join(where)} (vendor code, not coverage)")
+    for lib in data["libraries"]:
+        version = f" {lib['version']}" if lib["version"] else ""
+        kernels = f"SASS {' '.join(lib['sass']) or '-'}; PTX {' '.join(lib['ptx']) or '-'}"
+        human.append(f"{lib['display']} ({lib['package']}{version}): {kernels}")
+    for g in data["gpus"]:
+        label = f"{g['name']} ({g['compute_capability']})"
+        if "torch" in g:
+            t = g["torch"]
+            human.append(f"{label}: torch: " + _how(t["result"], t["covered_by"]))
+        for c in g["libraries"]:
+            human.append(
+                f"{label}: {c['display']} {c['version'] or ''}: "
+                + _how(c["result"], c["covered_by"])
+            )
+        weak = g["weakest_link"]
         if weak is not None:
-            how = f"{weak.kind} {weak.entry}" if weak.entry else "no kernel image"
-            human.append(f"{t.label}: weakest link: {weak.library.display} ({how})")
-    if tgts:
-        d["gpus"] = per_gpu
-    _emit(args, d, human)
-    return OK if ok else NO
+            human.append(
+                f"{label}: weakest link: {weak['display']} "
+                f"({_how(weak['result'], weak['covered_by'])})"
+            )
+    _emit(args, data, human)
+    return OK if data["ok"] else NO
 
 
-def _cov(cov: tuple[str, str] | None) -> str | None:
-    return cov[1] if cov else None
+def _how(result: str, entry: str | None) -> str:
+    return f"{result} {entry}" if entry else "NO kernel image: its operations fail here"
 
 
 _COMMANDS = {

@@ -18,16 +18,6 @@ statically linked libraries add 443 containers with sm_35 ... sm_75; counting
 per-arch shares instead would call sm_75 (470 containers) real and sm_37 (435)
 not. Archs outside that set are reported as ``extras``, never as coverage.
 
-The CUDA libraries a build runs with (cuDNN, cuBLAS, NCCL, cuFFT, ...) are
-measured too (``InspectResult.cuda_libraries``): bundled in ``torch/lib`` (older
-wheels) or installed from NVIDIA's ``nvidia-*`` wheels (``nvidia/<lib>/lib`` in
-site-packages).  A library's arch set is the union over all containers of all
-its files: a kernel image for the GPU anywhere in it is what lets it load, and
-the GPU a library has no image for fails in that library's operations.
-:func:`library_coverage` judges each library for a GPU with the one coverage
-rule (:func:`compat.rules.coverage`) and names the weakest link.  The path may
-also be an ``nvidia-*`` wheel, or a directory of wheels (a wheel set).
-
 Wheels are streamed: each library member is copied in chunks to a temporary
 file, mmapped, scanned and deleted, so memory stays bounded.
 """
@@ -48,21 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat import rules
 from compat.fatbin import Container, FatbinError, parse_arch, scan_file
 
 __all__ = [
-    "CudaLibrary",
     "InspectError",
     "InspectResult",
-    "LibraryCoverage",
     "LibraryInfo",
     "arch_sort_key",
-    "cuda_library_name",
     "inspect_path",
-    "library_coverage",
     "parse_version_py",
-    "weakest_link",
 ]
 
 MAIN_LIBRARIES = ("libtorch_cuda.so", "libtorch_cuda_cu.so", "libcaffe2_gpu.so")
@@ -70,44 +54,6 @@ _CHUNK = 1 << 20
 _ELF_MAGIC = b"\x7fELF"
 _LIB_RE = re.compile(r"\.so(\.\d+)*$")
 _TORCH_OWN_RE = re.compile(r"^(lib)?(torch|caffe2|c10|_C)")
-
-# File name prefix (after "lib") -> the CUDA library it belongs to. Longest prefix first, so
-# libcusparseLt is not taken for libcusparse and libcublasLt joins cublas.
-_CUDA_LIBRARY_PREFIXES = (
-    ("cusparseLt", "cusparselt"),
-    ("cudnn", "cudnn"),
-    ("cublas", "cublas"),
-    ("nccl", "nccl"),
-    ("cufft", "cufft"),
-    ("cusparse", "cusparse"),
-    ("cusolver", "cusolver"),
-    ("curand", "curand"),
-    ("nvshmem", "nvshmem"),
-    ("cufile", "cufile"),
-    ("nvrtc", "nvrtc"),
-    ("nvJitLink", "nvjitlink"),
-    ("cupti", "cupti"),
-    ("cudart", "cudart"),
-    ("nvToolsExt", "nvtx"),
-)
-_CUDA_LIBRARY_DISPLAY = {
-    "cudnn": "cuDNN",
-    "cublas": "cuBLAS",
-    "nccl": "NCCL",
-    "cufft": "cuFFT",
-    "cusparse": "cuSPARSE",
-    "cusparselt": "cuSPARSELt",
-    "cusolver": "cuSOLVER",
-    "curand": "cuRAND",
-    "nvshmem": "NVSHMEM",
-    "cufile": "cuFile",
-    "nvrtc": "NVRTC",
-    "nvjitlink": "nvJitLink",
-    "cupti": "CUPTI",
-    "cudart": "CUDA runtime",
-    "nvtx": "NVTX",
-}
-_DIST_INFO_RE = re.compile(r"^([^/]+)\.dist-info/(METADATA|RECORD)$")
 
 
 class InspectError(ValueError):
@@ -136,97 +82,6 @@ class LibraryInfo:
         }
 
 
-def cuda_library_name(file_name: str) -> str | None:
-    """The CUDA library a shared object belongs to (``libcublasLt.so.12`` -> ``cublas``),
-    or None for anything else (torch's own libraries, MAGMA, ...)."""
-    base = file_name.rsplit("/", 1)[-1]
-    if not base.startswith("lib") or not _LIB_RE.search(base):
-        return None
-    stem = base[3:]
-    for prefix, name in _CUDA_LIBRARY_PREFIXES:
-        if stem.startswith(prefix):
-            return name
-    return None
-
-
-@dataclass(frozen=True)
-class CudaLibrary:
-    """One CUDA library of an install: all its files' kernels together."""
-
-    name: str  # cudnn, cublas, nccl, ...
-    package: str  # the nvidia-* distribution, or "torch (bundled)"
-    version: str | None
-    files: list[str]
-    containers: int
-    sass: list[str]
-    ptx: list[str]
-
-    @property
-    def display(self) -> str:
-        return _CUDA_LIBRARY_DISPLAY.get(self.name, self.name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "display": self.display,
-            "package": self.package,
-            "version": self.version,
-            "files": list(self.files),
-            "containers": self.containers,
-            "sass": list(self.sass),
-            "ptx": list(self.ptx),
-        }
-
-
-@dataclass(frozen=True)
-class LibraryCoverage:
-    """How one library runs on one GPU: ``kind`` sass | ptx | none (no kernel image)."""
-
-    library: CudaLibrary
-    compute_capability: tuple[int, int]
-    kind: str
-    entry: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "library": self.library.name,
-            "package": self.library.package,
-            "version": self.library.version,
-            "compute_capability": f"{self.compute_capability[0]}.{self.compute_capability[1]}",
-            "result": self.kind,
-            "covered_by": self.entry,
-        }
-
-
-def library_coverage(libs: Sequence[CudaLibrary], cc: tuple[int, int]) -> list[LibraryCoverage]:
-    """Judge every library that carries kernels for a GPU of capability ``cc``."""
-    out = []
-    for lib in libs:
-        if not lib.containers:
-            continue
-        found = rules.coverage(tuple(lib.sass), tuple(lib.ptx), cc)
-        kind, entry = found if found is not None else ("none", None)
-        out.append(LibraryCoverage(lib, cc, kind, entry))
-    return out
-
-
-_RANK = {"none": 0, "ptx": 1, "sass": 2}
-
-
-def weakest_link(coverages: Sequence[LibraryCoverage]) -> LibraryCoverage | None:
-    """The library that serves the GPU worst: no kernel image before PTX-only before SASS;
-    among equals the one whose best entry is furthest below the GPU. None when no library
-    carries kernels."""
-    if not coverages:
-        return None
-
-    def key(c: LibraryCoverage) -> tuple[int, tuple[int, int]]:
-        got = parse_arch(c.entry)[1:3] if c.entry else (0, 0)
-        return _RANK[c.kind], (got[0], got[1])
-
-    return min(coverages, key=key)
-
-
 @dataclass
 class InspectResult:
     """What a torch build holds.  ``cpu_only`` means no NVIDIA fatbin at all (a ROCm
@@ -243,7 +98,6 @@ class InspectResult:
     libraries: list[LibraryInfo] = field(default_factory=list)
     main_library: str | None = None
     cpu_only: bool = True
-    cuda_libraries: list[CudaLibrary] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -257,7 +111,6 @@ class InspectResult:
             "libraries": [lib.to_dict() for lib in self.libraries],
             "main_library": self.main_library,
             "cpu_only": self.cpu_only,
-            "cuda_libraries": [lib.to_dict() for lib in self.cuda_libraries],
         }
 
 
@@ -314,23 +167,6 @@ class _Scan:
     path: str
     version_text: str | None = None
     libs: list[tuple[str, list[Container]]] = field(default_factory=list)
-    # library path (as in ``libs``) -> (distribution name, version) where known
-    owners: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-    # Some of the files belong to a torch build (a torch wheel, a torch install).
-    has_torch: bool = False
-
-
-def _metadata_name_version(text: str) -> tuple[str | None, str | None]:
-    name = version = None
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the headers end at the first empty line
-        key, _, value = line.partition(":")
-        if key == "Name":
-            name = value.strip()
-        elif key == "Version":
-            version = value.strip()
-    return name, version
 
 
 def _scan_one(name: str, path: Path) -> list[Container] | None:
@@ -352,20 +188,10 @@ def _scan_wheel(path: Path) -> _Scan:
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
         names = {i.filename for i in infos}
-        scan.has_torch = any(n.startswith("torch/") for n in names)
-        if not scan.has_torch and not any(n.startswith("nvidia/") for n in names):
-            raise InspectError(
-                f"{path}: the archive holds no torch/ package and no nvidia/ CUDA library"
-            )
+        if not any(n.startswith("torch/") for n in names):
+            raise InspectError(f"{path}: the archive holds no torch/ package")
         if "torch/version.py" in names:
             scan.version_text = zf.read("torch/version.py").decode("utf-8", "replace")
-        owner: tuple[str, str | None] | None = None
-        for n in sorted(names):
-            m = _DIST_INFO_RE.match(n)
-            if m and m.group(2) == "METADATA":
-                dist, version = _metadata_name_version(zf.read(n).decode("utf-8", "replace"))
-                if dist:
-                    owner = (dist, version)
         with tempfile.TemporaryDirectory(prefix="gpuprov-inspect-") as tmpdir:
             tmp = Path(tmpdir) / "member.so"
             for info in infos:
@@ -385,14 +211,12 @@ def _scan_wheel(path: Path) -> _Scan:
                     tmp.unlink()
                 if containers is not None:
                     scan.libs.append((member, containers))
-                    if owner is not None:
-                        scan.owners[member] = owner
     return scan
 
 
 def _is_lib_member(member: str) -> bool:
     top = member.split("/", 1)[0]
-    return top in ("torch", "torch.libs", "nvidia") and bool(_LIB_RE.search(member))
+    return top in ("torch", "torch.libs") and bool(_LIB_RE.search(member))
 
 
 def _find_torch_dir(path: Path) -> Path | None:
@@ -414,24 +238,8 @@ def _find_torch_dir(path: Path) -> Path | None:
     return None
 
 
-def _find_site_packages(path: Path) -> Path | None:
-    """A directory holding ``nvidia/`` CUDA library packages (and no torch)."""
-    if (path / "nvidia").is_dir():
-        return path
-    for pattern in (
-        "lib/python*/site-packages",
-        "lib64/python*/site-packages",
-        "lib/python*/dist-packages",
-        "local/lib/python*/dist-packages",
-        "Lib/site-packages",
-    ):
-        for candidate in sorted(path.glob(pattern)):
-            if (candidate / "nvidia").is_dir():
-                return candidate
-    return None
-
-
-def _iter_libs(roots: Sequence[Path]) -> Iterable[Path]:
+def _iter_dir_libs(torch_dir: Path) -> Iterable[Path]:
+    roots = [torch_dir, torch_dir.parent / "torch.libs"]
     for root in roots:
         if not root.is_dir():
             continue
@@ -442,74 +250,23 @@ def _iter_libs(roots: Sequence[Path]) -> Iterable[Path]:
                 yield lib
 
 
-def _dist_owners(site: Path) -> dict[str, tuple[str, str | None]]:
-    """Installed file (relative to ``site``) -> (distribution, version), from the RECORD of
-    every NVIDIA distribution (``nvidia_*.dist-info``) in ``site``."""
-    owners: dict[str, tuple[str, str | None]] = {}
-    for info in sorted(site.glob("nvidia_*.dist-info")):
-        try:
-            meta = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
-            record = (info / "RECORD").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        dist, version = _metadata_name_version(meta)
-        if not dist:
-            continue
-        for line in record.splitlines():
-            rel = line.split(",", 1)[0]
-            if _LIB_RE.search(rel):
-                owners[rel] = (dist, version)
-    return owners
-
-
 def _scan_dir(path: Path) -> _Scan:
     torch_dir = _find_torch_dir(path)
-    site = torch_dir.parent if torch_dir is not None else _find_site_packages(path)
-    if site is None:
-        wheels = sorted(path.glob("*.whl"))
-        if wheels:
-            return _scan_wheel_set(path, wheels)
+    if torch_dir is None:
         raise InspectError(
             f"{path}: no torch package found (expected a torch/ package directory, "
-            "a site-packages holding torch/ or nvidia/, a virtual environment, "
-            "or a directory of wheels)"
+            "a site-packages holding torch/, or a virtual environment)"
         )
     scan = _Scan(str(path))
-    roots = [site / "nvidia"]
-    if torch_dir is not None:
-        scan.has_torch = True
-        version_py = torch_dir / "version.py"
-        if version_py.is_file():
-            scan.version_text = version_py.read_text(encoding="utf-8", errors="replace")
-        roots = [torch_dir, site / "torch.libs", site / "nvidia"]
-    owners = _dist_owners(site)
-    for lib in _iter_libs(roots):
-        name = lib.relative_to(site).as_posix()
+    version_py = torch_dir / "version.py"
+    if version_py.is_file():
+        scan.version_text = version_py.read_text(encoding="utf-8", errors="replace")
+    base = torch_dir.parent
+    for lib in _iter_dir_libs(torch_dir):
+        name = lib.relative_to(base).as_posix()
         containers = _scan_one(name, lib)
         if containers is not None:
             scan.libs.append((name, containers))
-            if name in owners:
-                scan.owners[name] = owners[name]
-    return scan
-
-
-def _scan_wheel_set(path: Path, wheels: Sequence[Path]) -> _Scan:
-    """A directory of wheels (torch and/or nvidia-*), measured one after another."""
-    scan = _Scan(str(path))
-    for wheel in wheels:
-        if not zipfile.is_zipfile(wheel):
-            continue
-        try:
-            one = _scan_wheel(wheel)
-        except InspectError:
-            continue  # a wheel of something else (numpy, triton, ...)
-        scan.has_torch = scan.has_torch or one.has_torch
-        if one.version_text is not None:
-            scan.version_text = one.version_text
-        scan.libs.extend(one.libs)
-        scan.owners.update(one.owners)
-    if not scan.libs and scan.version_text is None:
-        raise InspectError(f"{path}: none of its wheels holds torch/ or an nvidia/ CUDA library")
     return scan
 
 
@@ -609,73 +366,10 @@ def inspect_path(path: str | Path) -> InspectResult:
                 f"{_basename(lib.name)} ({lib.counts[arch]} of {lib.containers} containers)"
             )
     result.extras = {a: extras[a] for a in sorted(extras, key=arch_sort_key)}
-    result.cuda_libraries = _cuda_libraries(scan)
     return result
 
 
-def _cuda_libraries(scan: _Scan) -> list[CudaLibrary]:
-    groups: dict[tuple[str, str, str | None], list[tuple[str, list[Container]]]] = {}
-    for name, containers in scan.libs:
-        lib = cuda_library_name(name)
-        if lib is None:
-            continue
-        if name in scan.owners:
-            package, version = scan.owners[name]
-        elif name.startswith(("torch/", "torch.libs/")):
-            package, version = "torch (bundled)", None
-        else:
-            package, version = "unknown", None
-        groups.setdefault((lib, package, version), []).append((name, containers))
-    out = []
-    for (lib, package, version), members in groups.items():
-        archs: set[str] = set()
-        count = 0
-        for _, containers in members:
-            count += len(containers)
-            for container in containers:
-                archs.update(container.archs)
-        ordered = sorted(archs, key=arch_sort_key)
-        out.append(
-            CudaLibrary(
-                name=lib,
-                package=package,
-                version=version,
-                files=sorted(n for n, _ in members),
-                containers=count,
-                sass=[a for a in ordered if a.startswith("sm_")],
-                ptx=[a for a in ordered if a.startswith("compute_")],
-            )
-        )
-    return sorted(out, key=lambda lib: (lib.name, lib.package))
-
-
 # ---------------------------------------------------------------- CLI
-
-
-def format_libraries(libs: Sequence[CudaLibrary], ccs: Sequence[tuple[int, int]]) -> list[str]:
-    """Human lines: one per CUDA library (its package, SASS and PTX), then per GPU capability
-    each library's coverage and the weakest link."""
-    lines = []
-    for lib in libs:
-        version = f" {lib.version}" if lib.version else ""
-        if not lib.containers:
-            lines.append(f"library {lib.display} ({lib.package}{version}): no kernels")
-            continue
-        lines.append(
-            f"library {lib.display} ({lib.package}{version}): "
-            f"sass {' '.join(lib.sass) or '-'}; ptx {' '.join(lib.ptx) or '-'}"
-        )
-    for cc in ccs:
-        covs = library_coverage(libs, cc)
-        sm = f"sm_{cc[0]}{cc[1]}"
-        for c in covs:
-            how = f"{c.kind} {c.entry}" if c.entry else "NO kernel image"
-            lines.append(f"{sm}: {c.library.display}: {how}")
-        weak = weakest_link(covs)
-        if weak is not None:
-            how = f"{weak.kind} {weak.entry}" if weak.entry else "no kernel image"
-            lines.append(f"{sm}: weakest link: {weak.library.display} ({how})")
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -685,20 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("paths", nargs="+", help="wheel, torch dir, site-packages, venv or .so")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument(
-        "--cc",
-        action="append",
-        default=[],
-        metavar="X.Y",
-        help="judge every CUDA library for a GPU of this compute capability (repeatable)",
-    )
     args = parser.parse_args(argv)
-    ccs = []
-    for text in args.cc:
-        major, _, minor = text.partition(".")
-        if not (major.isdigit() and minor.isdigit()):
-            parser.error(f"--cc {text!r}: expected a compute capability X.Y such as 8.6")
-        ccs.append((int(major), int(minor)))
     status = 0
     out: list[dict[str, Any]] = []
     for path in args.paths:
@@ -709,25 +390,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = 2
             continue
         if args.json:
-            d = result.to_dict()
-            if ccs:
-                d["library_coverage"] = [
-                    c.to_dict() for cc in ccs for c in library_coverage(result.cuda_libraries, cc)
-                ]
-            out.append(d)
+            out.append(result.to_dict())
             continue
         print(f"{result.path}: torch {result.torch_version} ({result.variant})")
         if result.cpu_only:
             print("  cpu only: no .nv_fatbin section")
             continue
-        if result.main_library:
-            print(f"  main library: {result.main_library}")
-            print(f"  sass:   {' '.join(result.sass) or '-'}")
-            print(f"  ptx:    {' '.join(result.ptx) or '-'}")
-            for arch, where in result.extras.items():
-                print(f"  extra:  {arch}: {'; '.join(where)}")
-        for line in format_libraries(result.cuda_libraries, ccs):
-            print(f"  {line}")
+        print(f"  main library: {result.main_library}")
+        print(f"  sass:   {' '.join(result.sass) or '-'}")
+        print(f"  ptx:    {' '.join(result.ptx) or '-'}")
+        for arch, where in result.extras.items():
+            print(f"  extra:  {arch}: {'; '.join(where)}")
     if args.json:
         print(json.dumps(out if len(out) != 1 else out[0], indent=2))
     return status

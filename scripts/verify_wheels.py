@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from compat.cudalibs import CudaLibrary, LibraryError, inspect_libraries  # noqa: E402
 from compat.fatbin import FatbinError  # noqa: E402
 from compat.inspect_torch import InspectError, InspectResult, inspect_path  # noqa: E402
 
@@ -180,7 +181,7 @@ def download_library(spec: str, dest: Path, index_url: str | None) -> Path:
     return wheels[0]
 
 
-def library_rows(result: InspectResult) -> list[dict[str, Any]]:
+def library_rows(libs: list[CudaLibrary]) -> list[dict[str, Any]]:
     """The measured libraries of an nvidia-* wheel as rows of ``libraries.yaml``."""
     return [
         {
@@ -190,21 +191,21 @@ def library_rows(result: InspectResult) -> list[dict[str, Any]]:
             "sass": list(lib.sass),
             "ptx": list(lib.ptx),
         }
-        for lib in result.cuda_libraries
+        for lib in libs
         if lib.containers
     ]
 
 
-def compare_library(result: InspectResult) -> list[str]:
+def compare_library(path: str, libs: list[CudaLibrary]) -> list[str]:
     """Disagreements between a measured library wheel and ``compat/data/libraries.yaml``."""
     import yaml
 
     data = yaml.safe_load((ROOT / "compat/data/libraries.yaml").read_text(encoding="utf-8"))
     rows = {(r["package"], str(r["version"])): r for r in (data or {}).get("libraries") or ()}
     problems = []
-    measured = library_rows(result)
+    measured = library_rows(libs)
     if not measured:
-        return [f"{result.path}: no CUDA library with kernels found"]
+        return [f"{path}: no CUDA library with kernels found"]
     for m in measured:
         where = f"{m['package']}=={m['version']}"
         row = rows.get((m["package"], str(m["version"])))
@@ -217,17 +218,22 @@ def compare_library(result: InspectResult) -> list[str]:
     return problems
 
 
+def measure_library(spec: str, args: argparse.Namespace) -> list[CudaLibrary]:
+    path = Path(spec)
+    if path.is_file():
+        return inspect_libraries(path)
+    with tempfile.TemporaryDirectory(prefix="gpuprov-wheel-") as tmp:
+        wheel = download_library(spec, Path(tmp), args.index_url)
+        print(f"measuring {wheel.name} ({wheel.stat().st_size >> 20} MiB)", file=sys.stderr)
+        return inspect_libraries(wheel)
+
+
 def measure(spec: str, args: argparse.Namespace) -> InspectResult:
     path = Path(spec)
     if path.is_file():
         return inspect_path(path)
     with tempfile.TemporaryDirectory(prefix="gpuprov-wheel-") as tmp:
-        if is_library_spec(spec):
-            wheel = download_library(spec, Path(tmp), args.index_url)
-        else:
-            wheel = download(
-                spec, Path(tmp), args.index_url, args.pytorch_index, args.python_version
-            )
+        wheel = download(spec, Path(tmp), args.index_url, args.pytorch_index, args.python_version)
         print(f"measuring {wheel.name} ({wheel.stat().st_size >> 20} MiB)", file=sys.stderr)
         return inspect_path(wheel)
 
@@ -257,15 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     report: list[dict[str, Any]] = []
     for spec in args.specs:
-        try:
-            result = measure(spec, args)
-        except (RuntimeError, InspectError, FatbinError, OSError) as exc:
-            print(f"error: {spec}: {exc}", file=sys.stderr)
-            status = 2
-            continue
         if is_library_spec(spec):
-            problems = [] if args.print_rows else compare_library(result)
-            for row in library_rows(result):
+            try:
+                libs = measure_library(spec, args)
+            except (RuntimeError, LibraryError, OSError) as exc:
+                print(f"error: {spec}: {exc}", file=sys.stderr)
+                status = 2
+                continue
+            problems = [] if args.print_rows else compare_library(spec, libs)
+            for row in library_rows(libs):
                 print(
                     f"{spec}: {row['library']} {row['package']} {row['version']} "
                     f"sass={' '.join(row['sass']) or '-'} ptx={' '.join(row['ptx']) or '-'}"
@@ -274,15 +280,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     import yaml
 
                     print(yaml.safe_dump([row], sort_keys=False, width=100), end="")
+            measured: dict[str, Any] = {"libraries": [lib.to_dict() for lib in libs]}
         else:
+            try:
+                result = measure(spec, args)
+            except (RuntimeError, InspectError, FatbinError, OSError) as exc:
+                print(f"error: {spec}: {exc}", file=sys.stderr)
+                status = 2
+                continue
             problems = compare(result)
             print(
                 f"{spec}: torch {result.torch_version} ({result.variant}) "
                 f"sass={' '.join(result.sass) or '-'} ptx={' '.join(result.ptx) or '-'}"
             )
-        report.append({"spec": spec, "measured": result.to_dict(), "disagreements": problems})
-        for arch, where in result.extras.items():
-            print(f"  extra {arch}: {'; '.join(where)}")
+            for arch, where in result.extras.items():
+                print(f"  extra {arch}: {'; '.join(where)}")
+            measured = result.to_dict()
+        report.append({"spec": spec, "measured": measured, "disagreements": problems})
         for problem in problems:
             print(f"  DISAGREES: {problem}")
         if problems and status == 0:

@@ -1,4 +1,4 @@
-"""Tests of the CUDA-library part of compat.inspect_torch (cuDNN, cuBLAS, ... in an install).
+"""Tests of compat.cudalibs (cuDNN, cuBLAS, ... in an install) and ``gpu-compat inspect``.
 
 The libraries are ELF files built here with known fatbin entries; layouts mimic NVIDIA's
 ``nvidia-*`` wheels (``nvidia/<lib>/lib/*.so.N`` plus a dist-info with METADATA and RECORD)
@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from fatbin_builders import PTX, SASS, container, elf, entry, pad8, write_torch
 
-from compat.inspect_torch import (
+from compat.cudalibs import (
+    BUNDLED,
     CudaLibrary,
-    InspectError,
+    LibraryError,
     cuda_library_name,
     format_libraries,
-    inspect_path,
+    inspect_libraries,
     library_coverage,
     main,
     weakest_link,
@@ -94,15 +95,15 @@ def test_venv_with_nvidia_wheels(tmp_path: Path) -> None:
     write_torch(site, cuda=True)
     write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
     write_nvidia(site, "cublas", "nvidia-cublas-cu11", "11.11.3.6", CUBLAS)
-    r = inspect_path(tmp_path / "venv")
-    # torch's own arch list is unchanged by the libraries next to it
-    assert r.sass == ["sm_80", "sm_86", "sm_90"]
-    libs = r.cuda_libraries
+    libs = inspect_libraries(tmp_path / "venv")
     assert [(lib.name, lib.package) for lib in libs] == [
         ("cublas", "nvidia-cublas-cu11"),
         ("cudnn", "nvidia-cudnn-cu11"),
-        ("cudnn", "torch (bundled)"),
+        ("cudnn", BUNDLED),
     ]
+    # the same from the torch package directory and from site-packages
+    assert inspect_libraries(site / "torch") == libs
+    assert inspect_libraries(site) == libs
     cudnn = libs[1]
     assert cudnn.version == "9.1.0.70"
     assert cudnn.sass == ["sm_50", "sm_60", "sm_80", "sm_90"]
@@ -114,16 +115,16 @@ def test_venv_with_nvidia_wheels(tmp_path: Path) -> None:
     ]
     assert libs[0].sass == ["sm_35", "sm_80"]
     assert libs[0].ptx == ["compute_90"]
-    d = r.to_dict()
+    d = cudnn.to_dict()
     assert json.loads(json.dumps(d)) == d
-    assert d["cuda_libraries"][1]["display"] == "cuDNN"
+    assert d["display"] == "cuDNN"
 
 
 def test_coverage_and_weakest_link(tmp_path: Path) -> None:
     site = tmp_path / "site"
     write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
     write_nvidia(site, "cublas", "nvidia-cublas-cu11", "11.11.3.6", CUBLAS)
-    libs = inspect_path(site).cuda_libraries
+    libs = inspect_libraries(site)
     k80 = library_coverage(libs, (3, 7))
     assert [(c.library.name, c.kind, c.entry) for c in k80] == [
         ("cublas", "sass", "sm_35"),
@@ -162,11 +163,7 @@ def test_nvidia_wheel_and_wheel_set(tmp_path: Path) -> None:
         "9.5.1.17",
         CUDNN,
     )
-    r = inspect_path(one)
-    assert r.torch_version is None
-    assert r.main_library is None
-    assert not r.cpu_only
-    assert [(x.name, x.package, x.version) for x in r.cuda_libraries] == [
+    assert [(x.name, x.package, x.version) for x in inspect_libraries(one)] == [
         ("cudnn", "nvidia-cudnn-cu12", "9.5.1.17")
     ]
     nvidia_wheel(
@@ -179,24 +176,26 @@ def test_nvidia_wheel_and_wheel_set(tmp_path: Path) -> None:
     (tmp_path / "set" / "numpy-2.0-cp311-none-any.whl").write_bytes(b"not a zip")
     with zipfile.ZipFile(tmp_path / "set" / "six-1.0-py3-none-any.whl", "w") as zf:
         zf.writestr("six.py", "")
-    libs = by_name(inspect_path(tmp_path / "set").cuda_libraries)
+    libs = by_name(inspect_libraries(tmp_path / "set"))
     assert set(libs) == {"cudnn", "cublas"}
     assert libs["cublas"].version == "12.6.4.1"
 
 
-def test_wheel_set_without_cuda_libraries(tmp_path: Path) -> None:
-    with zipfile.ZipFile(tmp_path / "six-1.0-py3-none-any.whl", "w") as zf:
-        zf.writestr("six.py", "")
-    with pytest.raises(InspectError, match="none of its wheels"):
-        inspect_path(tmp_path)
-
-
-def test_archive_without_torch_or_nvidia(tmp_path: Path) -> None:
+def test_nothing_to_find(tmp_path: Path) -> None:
     wheel = tmp_path / "six-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("six.py", "")
-    with pytest.raises(InspectError, match="no torch/ package and no nvidia/"):
-        inspect_path(wheel)
+    assert inspect_libraries(tmp_path) == []
+    assert inspect_libraries(wheel) == []
+    with pytest.raises(LibraryError, match="no such file"):
+        inspect_libraries(tmp_path / "missing")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(LibraryError, match="not a wheel"):
+        inspect_libraries(tmp_path / "notes.txt")
+    bad = tmp_path / "libcudnn_ops.so.9"
+    bad.write_bytes(elf({".nv_fatbin": b"\x50\xed\x55\xba" + b"\0" * 4}))
+    with pytest.raises(LibraryError, match=r"libcudnn_ops\.so\.9"):
+        inspect_libraries(bad)
 
 
 def test_cli_cc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -208,9 +207,10 @@ def test_cli_cc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "sm_37: weakest link: cuDNN (no kernel image)" in out
     assert main([str(site), "--cc", "3.7", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["library_coverage"] == [
+    assert d["coverage"] == [
         {
             "library": "cudnn",
+            "display": "cuDNN",
             "package": "nvidia-cudnn-cu11",
             "version": "9.1.0.70",
             "compute_capability": "3.7",
@@ -233,8 +233,9 @@ def test_gpu_compat_inspect_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[st
     # A100 (8.0): torch sm_80, cuDNN sm_80, cuBLAS sm_80 -> yes
     assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "A100-SXM4-40GB"]) == 0
     out = capsys.readouterr().out
-    assert "A100-SXM4-40GB sm_80 (8.0): torch: sass sm_80" in out
-    assert "A100-SXM4-40GB: cuDNN 9.1.0.70: sass sm_80" in out
+    assert "A100-SXM4-40GB (8.0): torch: sass sm_80" in out
+    assert "A100-SXM4-40GB (8.0): cuDNN 9.1.0.70: sass sm_80" in out
+    assert "cuBLAS (nvidia-cublas-cu11 11.11.3.6): SASS sm_35 sm_80; PTX compute_90" in out
     # Tesla K80 (3.7): torch has nothing, cuDNN nothing, cuBLAS sm_35 -> no, cuDNN named
     assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "K80", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
@@ -251,4 +252,4 @@ def test_gpu_compat_inspect_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli(["inspect", str(only), "--gpu", "3.7"]) == 1
     out = capsys.readouterr().out
     assert "torch:" not in out
-    assert "sm_37: cuDNN 9.1.0.70: NO kernel image: its operations fail" in out
+    assert "sm_37 (3.7): cuDNN 9.1.0.70: NO kernel image: its operations fail here" in out
