@@ -171,15 +171,31 @@ def evaluate(
         ev.fail(f"CUDA {variant.cuda_text} is not in the toolkit table")
         return ev
     ev.toolkit = toolkit
-    for t in tgts:
+    for t, cov in ev.coverage:
         # A toolkit that predates (or dropped) the GPU's architecture ships CUDA libraries
-        # (cuBLAS, cuDNN) without code for it, whatever PTX torch itself carries.
-        if not rules.toolkit_supports(toolkit, t.cc):
-            ev.fail(
-                f"CUDA {toolkit.version_text} supports compute capabilities "
-                f"{cc_str(toolkit.min_cc)} to {cc_str(toolkit.max_cc)}, not {t.label} "
-                f"({cc_str(t.cc)})"
+        # (cuBLAS, cuDNN) without code for it, whatever PTX torch itself carries; a newer minor
+        # of the toolkit's newest major runs the build's SASS of that major.
+        if rules.toolkit_supports(toolkit, t.cc):
+            continue
+        if rules.toolkit_runs(toolkit, t.cc, cov):
+            ev.notes.append(
+                f"CUDA {toolkit.version_text} stops at compute capability "
+                f"{cc_str(toolkit.max_cc)}, but {t.label} ({cc_str(t.cc)}) runs its "
+                f"{cov[1] if cov else ''} SASS: a cubin runs on every GPU of its major with the "
+                "same or a higher minor"
             )
+            continue
+        ev.fail(
+            f"CUDA {toolkit.version_text} supports compute capabilities "
+            f"{cc_str(toolkit.min_cc)} to {cc_str(toolkit.max_cc)}, not {t.label} "
+            f"({cc_str(t.cc)})"
+            + (
+                f": a newer major reached only through PTX {cov[1]}; the toolkit's cuBLAS and "
+                "cuDNN carry no code for it"
+                if cov is not None and cov[0] == "ptx" and t.cc > toolkit.max_cc
+                else ""
+            )
+        )
     if driver is not None:
         _check_driver(m, ev, toolkit, tgts, driver)
     else:

@@ -331,7 +331,17 @@ class Release:
 
 
 class Container:
-    __slots__ = ("cuda", "image", "min_cc", "min_driver", "source", "tag", "torch")
+    __slots__ = (
+        "confidence",
+        "cuda",
+        "image",
+        "min_cc",
+        "min_cc_source",
+        "min_driver",
+        "source",
+        "tag",
+        "torch",
+    )
 
     def __init__(self, row: dict[str, Any]) -> None:
         self.tag: str = str(row["tag"])
@@ -340,7 +350,10 @@ class Container:
         self.cuda: str = str(row["cuda"])
         self.min_driver: str = str(row["min_driver"])
         self.min_cc: CC = cc_key(str(row["min_compute_capability"]))
+        # Where a source confirms the GPU floor; None: the floor is unverified.
+        self.min_cc_source: str | None = row.get("min_compute_capability_source")
         self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
 
 
 class LibraryBuild:

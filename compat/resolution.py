@@ -171,15 +171,33 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
     return plan
 
 
+def container_floors(m: Matrix) -> dict[str, CC | None]:
+    """Each NGC tag's GPU floor as far as sources allow: its own floor where a source confirms
+    it; else the lowest confirmed floor of it or any later tag (floors never fell from one
+    release to the next, so that bounds the unknown one from above); None when no later tag
+    has a confirmed floor (then the image is never recommended)."""
+    out: dict[str, CC | None] = {}
+    bound: CC | None = None
+    for c in sorted(m.containers, key=lambda c: c.tag, reverse=True):
+        if c.min_cc_source is not None:
+            bound = c.min_cc if bound is None else min(bound, c.min_cc)
+            out[c.tag] = c.min_cc
+        else:
+            out[c.tag] = None if bound is None else max(bound, c.min_cc)
+    return out
+
+
 def _container_for(
     m: Matrix, tgts: list[Target], drv: VersionKey | None, ev: Evaluation
 ) -> dict[str, Any] | None:
-    """The newest NGC PyTorch container whose CUDA supports every GPU and the driver."""
+    """The newest NGC PyTorch container whose CUDA supports every GPU and the driver, and whose
+    GPU floor (confirmed, or bounded by a later confirmed one) is at or below every GPU."""
     if not tgts:
         return None
     top_branch = drv[0] if drv else (ev.branches[-1] if ev.branches else None)
     if top_branch is None:
         return None
+    floors = container_floors(m)
     for c in sorted(m.containers, key=lambda c: c.tag, reverse=True):
         try:
             cuda = version_key(c.cuda, "CUDA")
@@ -187,9 +205,10 @@ def _container_for(
         except CompatError:
             continue
         tk = m.toolkit(cuda)
-        if tk is None or not all(
-            rules.toolkit_supports(tk, t.cc) and t.cc >= c.min_cc for t in tgts
-        ):
+        floor = floors.get(c.tag)
+        if tk is None or floor is None:
+            continue
+        if not all(rules.toolkit_supports(tk, t.cc) and t.cc >= floor for t in tgts):
             continue
         if top_branch < need[0] or (drv is not None and cmp_key(drv) < cmp_key(need)):
             continue
@@ -199,7 +218,10 @@ def _container_for(
             "torch": c.torch,
             "cuda": c.cuda,
             "min_driver": c.min_driver,
+            "min_compute_capability": cc_str(floor),
+            "floor_verified": c.min_cc_source is not None,
             "source": c.source,
+            "confidence": c.confidence,
         }
     return None
 

@@ -9,6 +9,12 @@
 - The driver must be at least the CUDA toolkit's driver, or at least the minor-version
   compatibility minimum of that CUDA major (CUDA 11 and later), which counts as compatible
   with a note.
+- The CUDA toolkit of the build must know the GPU's architecture: its range of compute
+  capabilities holds the GPU's, or the GPU is a newer minor of the toolkit's newest major and
+  the build carries SASS of that major (a cubin runs on every GPU of its major with the same or
+  a higher minor: NVIDIA's Ampere/Ada/Hopper compatibility guides, section 1.2; PyTorch's
+  ``_check_cubins``). A newer major reached only through PTX is refused: the toolkit's own
+  libraries (cuBLAS, cuDNN) then carry no code for it.
 - The driver branch must still drive every GPU in the host.
 """
 
@@ -100,7 +106,20 @@ def branch_drives(branch: int, gpu: GPU, arch: Architecture) -> bool:
 
 
 def toolkit_supports(toolkit: Toolkit, cc: CC) -> bool:
+    """Whether ``cc`` lies in the toolkit's range of compute capabilities."""
     return toolkit.min_cc <= cc <= toolkit.max_cc
+
+
+def toolkit_runs(toolkit: Toolkit, cc: CC, cov: tuple[str, str] | None) -> bool:
+    """Whether a build of ``toolkit`` whose kernels reach ``cc`` through ``cov`` (see
+    :func:`coverage`) runs there: inside the toolkit's range, or above it within the same major
+    as its newest capability through SASS (a cubin of X.Y runs on X.Z, Z >= Y). A higher major,
+    PTX-only coverage and a GPU below the range are refused."""
+    if toolkit_supports(toolkit, cc):
+        return True
+    if cc < toolkit.min_cc or cov is None or cov[0] != "sass":
+        return False
+    return cc[0] == toolkit.max_cc[0]
 
 
 def describe_cc(cc: CC) -> str:

@@ -197,3 +197,86 @@ def test_bare_branch_is_judged_by_the_branch_table(mini: Matrix) -> None:
     unknown = resolution.check(mini, ["A100"], "2.0.0+cu118", driver="999")
     assert unknown["compatible"] is False
     assert unknown["reasons"] == ["driver branch 999 is not in the matrix: known are 450, 470, 535"]
+
+
+# ---------------------------------------------------------------- same-major SASS (issue 9.1)
+
+
+def test_same_major_higher_minor_through_sass_runs(mini: Matrix) -> None:
+    # CUDA 11.0 stops at 8.0; 1.9.0+cu110 carries sm_80 SASS; an RTX 3090 is 8.6.
+    verdict = resolution.check(mini, ["RTX 3090"], "1.9.0+cu110", driver="470.256.02")
+    assert verdict["compatible"] is True
+    assert verdict["gpus"][0]["via"] == "sass"
+    assert verdict["gpus"][0]["covered_by"] == "sm_80"
+    assert any("CUDA 11.0 stops at compute capability 8.0" in r for r in verdict["reasons"])
+
+
+def test_higher_major_through_ptx_with_an_old_toolkit_is_refused(mini: Matrix) -> None:
+    # 1.5.0 conda cu102 reaches 8.6 only through compute_60 PTX; CUDA 10.2 stops at 7.5.
+    verdict = resolution.check(mini, ["RTX 3090"], "1.5.0+cu102", channel="conda")
+    assert verdict["compatible"] is False
+    assert verdict["reasons"] == [
+        "CUDA 10.2 supports compute capabilities 3.0 to 7.5, not GeForce RTX 3090 (8.6): a "
+        "newer major reached only through PTX compute_60; the toolkit's cuBLAS and cuDNN "
+        "carry no code for it"
+    ]
+
+
+def test_toolkit_too_old_for_the_major_is_refused(mini: Matrix) -> None:
+    from compat import rules
+
+    cuda102 = mini.toolkit((10, 2))
+    cuda110 = mini.toolkit((11, 0))
+    assert cuda102 is not None
+    assert cuda110 is not None
+    # even SASS of the GPU's own major cannot come from a toolkit that stops at 7.5
+    assert rules.toolkit_runs(cuda102, (8, 0), ("sass", "sm_80")) is False
+    assert rules.toolkit_runs(cuda102, (8, 6), ("ptx", "compute_60")) is False
+    assert rules.toolkit_runs(cuda110, (8, 6), ("sass", "sm_80")) is True
+    assert rules.toolkit_runs(cuda110, (8, 6), ("ptx", "compute_80")) is False
+    assert rules.toolkit_runs(cuda110, (8, 6), None) is False
+    assert rules.toolkit_runs(cuda110, (3, 0), ("sass", "sm_30")) is False  # below the range
+    assert rules.toolkit_runs(cuda110, (5, 2), ("ptx", "compute_50")) is True  # inside
+
+
+# ---------------------------------------------------------------- NGC floors (issue 9.2)
+
+
+def _ngc(tag: str, cuda: str, floor: str, confirmed: bool) -> dict[str, str]:
+    row = {
+        "tag": tag,
+        "image": f"nvcr.io/nvidia/pytorch:{tag}-py3",
+        "torch": "x",
+        "cuda": cuda,
+        "min_driver": "450",
+        "min_compute_capability": floor,
+        "source": f"synthetic test row ({tag})",
+    }
+    if confirmed:
+        row["min_compute_capability_source"] = f"synthetic floor source ({tag})"
+    return row
+
+
+def test_unverified_floor_is_bounded_by_the_next_verified_one() -> None:
+    from tests_mini import with_containers
+
+    m = with_containers(
+        [
+            _ngc("20.06", "11.0", "5.0", True),
+            _ngc("21.01", "11.0", "5.0", False),  # bounded by 22.01's verified 8.0
+            _ngc("22.01", "11.0", "8.0", True),
+            _ngc("23.01", "11.0", "5.0", False),  # no later verified floor: never recommended
+        ]
+    )
+    assert resolution.container_floors(m) == {
+        "20.06": (5, 0),
+        "21.01": (8, 0),
+        "22.01": (8, 0),
+        "23.01": None,
+    }
+    a100 = resolution.resolve(m, ["A100"], driver="470.256.02")
+    assert a100["container"]["tag"] == "22.01"
+    assert a100["container"]["floor_verified"] is True
+    m40 = resolution.resolve(m, ["M40"], driver="470.256.02")
+    assert m40["container"]["tag"] == "20.06"  # 21.01's floor is unverified and may be 8.0
+    assert m40["container"]["min_compute_capability"] == "5.0"
