@@ -16,6 +16,7 @@ from compat.model import (
     Toolkit,
     Variant,
     VersionKey,
+    cc_key,
     cc_str,
     cmp_key,
     describe_driver,
@@ -75,12 +76,15 @@ def parse_host(
     channel: str | None,
 ) -> tuple[list[Target], DriverVersion | None, str | None, str]:
     """Parse and validate a host's description: GPUs, driver, Python, channel."""
-    return (
-        targets(m, list(gpus)),
-        parse_driver(driver),
-        parse_python(python),
-        parse_channel(channel),
-    )
+    py = parse_python(python)
+    if py is not None:
+        known = sorted({p for r in m.releases for p in r.python}, key=lambda v: cc_key(v))
+        if py not in known:
+            raise CompatError(
+                f"unknown Python version {python!r}: no torch release supports it; "
+                f"known are {', '.join(known)}"
+            )
+    return (targets(m, list(gpus)), parse_driver(driver), py, parse_channel(channel))
 
 
 class Evaluation:
@@ -97,6 +101,7 @@ class Evaluation:
         "reasons",
         "release",
         "toolkit",
+        "unverified",
         "variant",
     )
 
@@ -112,6 +117,12 @@ class Evaluation:
         self.compat: str | None = None
         self.toolkit: Toolkit | None = None
         self.branches: list[int] = []
+        # The `confidence: unverified` rows this verdict rests on ("torch_2.yaml: 2.7.1 cu118").
+        self.unverified: list[str] = []
+
+    def rests_on(self, row: object, what: str) -> None:
+        if getattr(row, "confidence", None) == "unverified" and what not in self.unverified:
+            self.unverified.append(what)
 
     def fail(self, reason: str) -> None:
         self.ok = False
@@ -121,10 +132,13 @@ class Evaluation:
     def all_sass(self) -> bool:
         return all(c is not None and c[0] == "sass" for _, c in self.coverage)
 
-    def rank(self) -> tuple[int, int, int, VersionKey]:
+    def rank(self) -> tuple[int, int, int, int, VersionKey]:
+        """Higher is better: full driver compatibility, SASS everywhere, no unverified row,
+        the PyPI default, the newer CUDA."""
         return (
             1 if self.compat == rules.FULL else 0,
             1 if self.all_sass else 0,
+            0 if self.unverified else 1,
             1 if self.variant.name == self.release.pypi_default else 0,
             cmp_key(self.variant.cuda or (0,)),
         )
@@ -141,6 +155,9 @@ def evaluate(
 ) -> Evaluation:
     ev = Evaluation(release, variant, channel)
     label = f"torch {release.version}+{variant.name}"
+    ev.rests_on(variant, f"torch_*.yaml: {release.version} {variant.name}")
+    for t in tgts:
+        ev.rests_on(t.gpu, f"gpus.yaml: {t.label}")
     if channel not in variant.channels:
         ev.fail(f"{label} was not published as a {channel} package")
     if python is not None and python not in release.python:
@@ -171,6 +188,9 @@ def evaluate(
         ev.fail(f"CUDA {variant.cuda_text} is not in the toolkit table")
         return ev
     ev.toolkit = toolkit
+    ev.rests_on(toolkit, f"cuda.yaml: {toolkit.version_text}")
+    if channel == "pip":
+        _check_libraries(m, ev, tgts, label)
     for t, cov in ev.coverage:
         # A toolkit that predates (or dropped) the GPU's architecture ships CUDA libraries
         # (cuBLAS, cuDNN) without code for it, whatever PTX torch itself carries; a newer minor
@@ -203,6 +223,53 @@ def evaluate(
     return ev
 
 
+def _check_libraries(m: Matrix, ev: Evaluation, tgts: list[Target], label: str) -> None:
+    """The CUDA library wheels the build pins (libraries.yaml) need a kernel image for every
+    GPU: without one torch loads, but every operation of that library fails on the GPU."""
+    found = m.libraries_of(ev.release.version, ev.variant.name)
+    if found is None:
+        _unmeasured_note(m, ev, tgts)
+        return
+    pin, builds = found
+    ev.rests_on(pin, f"libraries.yaml: pin {ev.release.version}+{ev.variant.name}")
+    for b in builds:
+        ev.rests_on(b, f"libraries.yaml: {b.spec}")
+        name = _LIBRARY_NAMES.get(b.library, b.library)
+        for t in tgts:
+            if rules.coverage(b.sass, b.ptx, t.cc) is None:
+                ev.fail(
+                    f"{label} pins {name} {b.version} ({b.package}), which has no kernel image "
+                    f"for {t.label} {rules.describe_cc(t.cc)}: it carries "
+                    f"{' '.join(b.sass + b.ptx)}; torch loads, but every {name} operation fails"
+                )
+    if builds and all(rules.coverage(b.sass, b.ptx, t.cc) for b in builds for t in tgts):
+        names = ", ".join(f"{_LIBRARY_NAMES.get(b.library, b.library)} {b.version}" for b in builds)
+        ev.reasons.append(f"its {names} carry kernels for every GPU (measured wheels)")
+
+
+_LIBRARY_NAMES = {"cudnn": "cuDNN", "cublas": "cuBLAS", "nccl": "NCCL"}
+
+
+def _unmeasured_note(m: Matrix, ev: Evaluation, tgts: list[Target]) -> None:
+    """No pin of this build is in the data: say so where every measured wheel of a library for
+    the same CUDA major lacks the GPU (its own wheel likely does too)."""
+    major = ev.variant.cuda[0] if ev.variant.cuda else None
+    same: dict[str, list[Any]] = {}
+    for b in m.libraries.values():
+        pkg_major = b.package.rsplit("-cu", 1)[-1] if "-cu" in b.package else ""
+        if major is not None and pkg_major == str(major):
+            same.setdefault(b.library, []).append(b)
+    for lib, builds in sorted(same.items()):
+        for t in tgts:
+            if not any(rules.coverage(b.sass, b.ptx, t.cc) for b in builds):
+                specs = ", ".join(b.spec for b in builds)
+                ev.notes.append(
+                    f"the {_LIBRARY_NAMES.get(lib, lib)} wheel this build pins was not measured; "
+                    f"every measured one for CUDA {major} ({specs}) has no kernel image for "
+                    f"{t.label} {rules.describe_cc(t.cc)}"
+                )
+
+
 def _uses_ptx(ev: Evaluation) -> bool:
     return any(c is not None and c[0] == "ptx" for _, c in ev.coverage)
 
@@ -215,6 +282,7 @@ def _check_driver(
     for t in tgts:
         if not drives(branch, t):
             ev.fail(not_driven_reason(m, branch, t))
+    ev.rests_on(m.branch(branch), f"drivers.yaml: branch {branch}")
     if isinstance(driver, DriverVersion) and driver.branch_only:
         if m.branch(branch) is None:
             known = ", ".join(str(b.branch) for b in m.branches)
@@ -261,10 +329,12 @@ def _plan_driver(m: Matrix, ev: Evaluation, toolkit: Toolkit, tgts: list[Target]
     if full:
         ev.compat = rules.FULL
         ev.branches = full
+        ev.rests_on(m.branch(full[-1]), f"drivers.yaml: branch {full[-1]}")
         return
     if minor and not _uses_ptx(ev):
         ev.compat = rules.MINOR
         ev.branches = minor
+        ev.rests_on(m.branch(minor[-1]), f"drivers.yaml: branch {minor[-1]}")
         ev.notes.append(
             f"CUDA {toolkit.version_text} needs driver {toolkit.min_driver_text}, newer than "
             f"any branch that drives these GPUs; branch {minor[-1]} runs it through "

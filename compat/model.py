@@ -221,7 +221,7 @@ class GPU:
 
 
 class DriverBranch:
-    __slots__ = ("branch", "kind", "max_cuda", "released", "source")
+    __slots__ = ("branch", "confidence", "kind", "max_cuda", "released", "source")
 
     def __init__(self, row: dict[str, Any]) -> None:
         self.branch: int = int(row["branch"])
@@ -229,10 +229,12 @@ class DriverBranch:
         self.kind: str = row.get("kind") or "production"
         self.released: str = str(row.get("released") or "")
         self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
 
 
 class Toolkit:
     __slots__ = (
+        "confidence",
         "max_cc",
         "min_cc",
         "min_driver",
@@ -257,6 +259,7 @@ class Toolkit:
         self.min_cc: CC = cc_key(str(row["min_compute_capability"]))
         self.max_cc: CC = cc_key(str(row["max_compute_capability"]))
         self.source: str = row["source"]
+        self.confidence: str = row.get("confidence") or "sourced"
 
 
 class Variant:

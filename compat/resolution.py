@@ -53,11 +53,12 @@ def check(
     evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in candidates]
     best = _best(evs)
     if best is not None:
-        return _verdict(m, best, tgts, drv, True, best.reasons + best.notes)
+        return _verdict(m, best, tgts, drv, True, best.reasons + best.notes, best.unverified)
     # Without +VARIANT the CPU build's "runs no CUDA kernels" says nothing useful.
     relevant = [e for e in evs if variant is not None or e.variant.cuda is not None or not tgts]
     reasons = list(dict.fromkeys(r for e in relevant or evs for r in e.failures))
-    out = _verdict(m, evs[0], tgts, drv, False, reasons)
+    unverified = list(dict.fromkeys(u for e in relevant or evs for u in e.unverified))
+    out = _verdict(m, evs[0], tgts, drv, False, reasons, unverified)
     out["variant"] = variant.name if variant is not None else None
     out["cuda"] = variant.cuda_text if variant is not None else None
     return out
@@ -70,7 +71,9 @@ def _verdict(
     drv: VersionKey | None,
     ok: bool,
     reasons: list[str],
+    unverified: list[str],
 ) -> dict[str, Any]:
+    """The answer; ``unverified`` names every ``confidence: unverified`` row it rests on."""
     return {
         "compatible": ok,
         "torch": ev.release.version,
@@ -79,8 +82,18 @@ def _verdict(
         "channel": ev.channel,
         "gpus": [_target_cov(t, ev) for t in tgts],
         "driver": _driver_info(m, ev, tgts, drv),
-        "reasons": reasons,
+        "reasons": reasons + _unverified_reason(unverified),
+        "unverified": list(unverified),
     }
+
+
+def _unverified_reason(unverified: list[str]) -> list[str]:
+    if not unverified:
+        return []
+    return [
+        "this answer rests on data rows no source confirmed (confidence: unverified): "
+        + "; ".join(unverified)
+    ]
 
 
 def _target_cov(t: Target, ev: Evaluation) -> dict[str, Any]:
@@ -139,7 +152,11 @@ def _covers_all(variant: Variant, tgts: list[Target], channel: str) -> bool:
 
 def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None) -> dict[str, Any]:
     rel, var = ev.release, ev.variant
-    plan = _verdict(m, ev, tgts, drv, True, [])
+    container = _container_for(m, tgts, drv, ev)
+    unverified = list(ev.unverified)
+    if container is not None and container["confidence"] == "unverified":
+        unverified.append(f"ngc.yaml: {container['tag']}")
+    plan = _verdict(m, ev, tgts, drv, True, [], unverified)
     plan.pop("compatible")
     reasons = [
         f"torch {rel.version} is the newest release with a build for every GPU"
@@ -156,6 +173,7 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
             f"driver branches {ev.branches[0]}..{ev.branches[-1]} drive every GPU and run CUDA "
             f"{var.cuda_text}; newest: {ev.branches[-1]}"
         )
+    reasons += _unverified_reason(unverified)
     plan.update(
         {
             "ok": True,
@@ -163,7 +181,7 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
             "torchaudio": rel.torchaudio,
             "python": list(rel.python),
             "install": install_commands(rel, var),
-            "container": _container_for(m, tgts, drv, ev),
+            "container": container,
             "reasons": reasons,
             "notes": ev.notes,
         }
@@ -297,6 +315,7 @@ def _no_plan(
         },
         "reasons": reasons,
         "notes": list(dict.fromkeys(hints)),
+        "unverified": [],
     }
 
 
@@ -361,7 +380,9 @@ def check_measured(
     )
     variant = Variant(row)
     ev = evaluate(m, release, variant, tgts, drv, py if known else None, "pip")
-    out = _verdict(m, ev, tgts, drv, ev.ok, ev.reasons + ev.notes if ev.ok else ev.failures)
+    out = _verdict(
+        m, ev, tgts, drv, ev.ok, ev.reasons + ev.notes if ev.ok else ev.failures, ev.unverified
+    )
     out["torch"] = full or None
     out["measured"] = True
     return out

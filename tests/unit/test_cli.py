@@ -309,3 +309,11 @@ def test_console_script_and_module_agree(tmp_path: Path) -> None:
     assert script.returncode == module.returncode == 0
     assert script.stdout == module.stdout
     assert script.stdout.startswith("{")
+
+
+def test_resolve_unknown_python_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "resolve", "--gpu", "T4", "--python", "9.9")
+    assert code == 2
+    assert out == ""
+    assert "unknown Python version '9.9'" in err
+    assert "3.12" in err

@@ -51,3 +51,31 @@ def test_cuda13_images_have_a_floor_of_7_5(real: Matrix) -> None:
         if c.cuda.startswith("13."):
             assert c.min_cc == (7, 5), c.tag
             assert c.min_cc_source is not None, c.tag
+
+
+def test_k80_with_the_cu118_build_fails_in_cudnn() -> None:
+    """torch 2.7.1+cu118 carries sm_37, but the cuDNN 9.1.0.70 wheel it pins starts at sm_50
+    (measured): the answer is NO and names cuDNN, and it says the pin is unverified."""
+    verdict = compat.check(["K80"], "2.7.1+cu118")
+    assert verdict["compatible"] is False
+    assert verdict["gpus"][0]["covered_by"] == "sm_37"
+    assert any(r.startswith("torch 2.7.1+cu118 pins cuDNN 9.1.0.70") for r in verdict["reasons"])
+    assert "libraries.yaml: pin 2.7.1+cu118" in verdict["unverified"]
+    # cuBLAS of the same build has sm_35, which runs on 3.7: not named
+    assert not any("pins cuBLAS" in r for r in verdict["reasons"])
+
+
+def test_measured_libraries_back_a_yes() -> None:
+    verdict = compat.check(["T4"], "2.7.1+cu126")
+    assert verdict["compatible"] is True
+    assert (
+        "its cuDNN 9.5.1.17, cuBLAS 12.6.4.1 carry kernels for every GPU (measured wheels)"
+        in (verdict["reasons"])
+    )
+
+
+def test_json_of_check_and_resolve_carry_unverified() -> None:
+    for answer in (compat.check(["K40m"], "1.2.0+cu100"), compat.resolve(["GTX 1080 Ti"])):
+        assert isinstance(answer["unverified"], list)
+    plan = compat.resolve(["GTX 1080 Ti"])
+    assert "torch_*.yaml: 2.15.0 cu126" in plan["unverified"]

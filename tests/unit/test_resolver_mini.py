@@ -280,3 +280,131 @@ def test_unverified_floor_is_bounded_by_the_next_verified_one() -> None:
     m40 = resolution.resolve(m, ["M40"], driver="470.256.02")
     assert m40["container"]["tag"] == "20.06"  # 21.01's floor is unverified and may be 8.0
     assert m40["container"]["min_compute_capability"] == "5.0"
+
+
+# ---------------------------------------------------------------- CUDA libraries (issue 9.3)
+
+CUDNN_FROM_50 = {
+    "library": "cudnn",
+    "package": "nvidia-cudnn-cu11",
+    "version": "9.1.0.70",
+    "sass": ["sm_50", "sm_80"],
+    "ptx": [],
+    "source": "synthetic measured row",
+}
+
+
+def test_a_pinned_library_without_the_gpu_is_a_no_naming_it() -> None:
+    from tests_mini import with_libraries
+
+    pin = {"torch": "1.9.0", "variant": "cu110", "packages": ["nvidia-cudnn-cu11==9.1.0.70"]}
+    m = with_libraries([CUDNN_FROM_50], [{**pin, "source": "synthetic pin"}])
+    # torch 1.9.0+cu110 itself covers 5.2 (sm_50) and 8.0 (sm_80); cuDNN too
+    ok = resolution.check(m, ["A100"], "1.9.0+cu110", driver="470.256.02")
+    assert ok["compatible"] is True
+    assert "its cuDNN 9.1.0.70 carry kernels for every GPU (measured wheels)" in ok["reasons"]
+    # a GPU torch covers (M40, 5.2, through sm_50) but a pinned cuDNN starting at sm_60 does not
+    m2 = with_libraries(
+        [{**CUDNN_FROM_50, "sass": ["sm_60", "sm_80"]}], [{**pin, "source": "synthetic pin"}]
+    )
+    no = resolution.check(m2, ["M40"], "1.9.0+cu110", driver="470.256.02")
+    assert no["compatible"] is False
+    assert no["reasons"] == [
+        "torch 1.9.0+cu110 pins cuDNN 9.1.0.70 (nvidia-cudnn-cu11), which has no kernel image "
+        "for Tesla M40 sm_52 (5.2): it carries sm_60 sm_80; torch loads, but every cuDNN "
+        "operation fails"
+    ]
+    # resolve passes over that build for the M40 and takes the one without the pin
+    plan = resolution.resolve(m2, ["M40"], driver="470.256.02")
+    assert (plan["torch"], plan["variant"]) == ("1.9.0", "cu102")
+    # conda builds do not use the pip wheels
+    conda = resolution.check(m2, ["M40"], "1.5.0+cu102", channel="conda")
+    assert conda["compatible"] is True
+
+
+# ---------------------------------------------------------------- unverified rows (issue 9.4)
+
+
+def test_answers_name_the_unverified_rows_they_rest_on() -> None:
+    from tests_mini import with_libraries
+
+    m = with_libraries(
+        [{**CUDNN_FROM_50, "confidence": "unverified"}],
+        [
+            {
+                "torch": "2.0.0",
+                "variant": "cu118",
+                "packages": ["nvidia-cudnn-cu11==9.1.0.70"],
+                "source": "synthetic pin",
+            }
+        ],
+        variants={"2.0.0 cu118": {"confidence": "unverified"}},
+    )
+    verdict = resolution.check(m, ["A100"], "2.0.0+cu118", driver="535.54.03")
+    assert verdict["compatible"] is True
+    assert verdict["unverified"] == [
+        "torch_*.yaml: 2.0.0 cu118",
+        "libraries.yaml: nvidia-cudnn-cu11==9.1.0.70",
+    ]
+    assert verdict["reasons"][-1] == (
+        "this answer rests on data rows no source confirmed (confidence: unverified): "
+        "torch_*.yaml: 2.0.0 cu118; libraries.yaml: nvidia-cudnn-cu11==9.1.0.70"
+    )
+    plan = resolution.resolve(m, ["A100"], driver="535.54.03")
+    assert plan["unverified"] == verdict["unverified"]
+    clean = resolution.check(m, ["M40"], "1.9.0+cu102", driver="470.256.02")
+    assert clean["unverified"] == []
+    assert not any("unverified" in r for r in clean["reasons"])
+
+
+def test_resolve_prefers_a_verified_variant_of_equal_standing() -> None:
+    from tests_mini import with_libraries
+
+    twin = {
+        "version": "2.1.0",
+        "python": ["3.10"],
+        "torchvision": "0.16.0",
+        "torchaudio": "2.1.0",
+        "pypi_default": "cu118a",
+        "pip_style": "index",
+        "conda_style": None,
+        "source": "synthetic 2.1.0",
+        "variants": [
+            # the PyPI default, but unverified; the other is equal in every other respect
+            {
+                "name": "cu118a",
+                "cuda": "11.8",
+                "channels": ["pip"],
+                "sass": ["sm_80"],
+                "ptx": [],
+                "source": "synthetic a",
+                "confidence": "unverified",
+            },
+            {
+                "name": "cu118b",
+                "cuda": "11.8",
+                "channels": ["pip"],
+                "sass": ["sm_80"],
+                "ptx": [],
+                "source": "synthetic b",
+            },
+        ],
+    }
+    m = with_libraries([], [], releases=[twin])
+    plan = resolution.resolve(m, ["A100"], driver="535.54.03")
+    assert (plan["torch"], plan["variant"]) == ("2.1.0", "cu118b")
+    assert plan["unverified"] == []
+    # asked for explicitly, the unverified one is judged and named
+    verdict = resolution.check(m, ["A100"], "2.1.0+cu118a", driver="535.54.03")
+    assert verdict["unverified"] == ["torch_*.yaml: 2.1.0 cu118a"]
+
+
+def test_a_python_no_release_supports_is_bad_input(mini: Matrix) -> None:
+    for call in (
+        lambda: resolution.resolve(mini, ["A100"], python="9.9"),
+        lambda: resolution.check(mini, ["A100"], "2.0.0", python="9.9"),
+    ):
+        with pytest.raises(CompatError, match=r"'9\.9'.*known are 3\.7, 3\.8, 3\.9, 3\.10$"):
+            call()
+    # a known Python that the newest release lacks is not bad input: it picks an older one
+    assert resolution.resolve(mini, ["M40"], python="3.7")["torch"] == "1.5.0"
