@@ -43,11 +43,13 @@ __all__ = [
     "check_measured",
     "explain",
     "inspect",
+    "known_errors",
     "load",
     "lookup",
     "parse_driver",
     "releases_for_gpu",
     "resolve",
+    "show",
     "suggestions",
     "support_rows",
 ]
@@ -65,7 +67,7 @@ def lookup(query: str) -> list[dict[str, Any]]:
     from compat import gpus
 
     m = load()
-    return [g.to_dict(m.architecture_of(g)) for g in gpus.lookup(m, query)]
+    return [g.to_dict(m.architecture_of(g)) for g in gpus.lookup(m, query, every=True)]
 
 
 def suggestions(query: str, n: int = 3) -> list[str]:
@@ -200,3 +202,41 @@ def inspect(path: str, gpus: list[Any] | None = None) -> dict[str, Any]:
         "gpus": per_gpu,
         "ok": ok,
     }
+
+
+def known_errors() -> list[dict[str, str]]:
+    """The error messages ``explain`` recognises: id and title (``gpu-compat explain --list``)."""
+    return [{"id": e.id, "title": e.title} for e in load().errors]
+
+
+SHOW_TOPICS = ("torch", "gpus", "branches", "cuda", "containers", "errors")
+
+
+def show(topic: str) -> list[dict[str, Any]]:
+    """The rows of one table, briefly (``gpu-compat show TOPIC``)."""
+    m = load()
+    if topic == "torch":
+        return [
+            {"torch": r.version, "variants": [v.name for v in r.variants], "python": list(r.python)}
+            for r in m.releases
+        ]
+    if topic == "gpus":
+        return lookup_all(m)
+    if topic == "branches":
+        return [
+            {"branch": b.branch, "max_cuda": ".".join(map(str, b.max_cuda))} for b in m.branches
+        ]
+    if topic == "cuda":
+        return [{"cuda": t.version_text, "min_driver": t.min_driver_text} for t in m.toolkits]
+    if topic == "containers":
+        return [{"tag": c.tag, "torch": c.torch, "cuda": c.cuda} for c in m.containers]
+    if topic == "errors":
+        return known_errors()
+    raise CompatError(f"unknown topic {topic!r}: allowed are {', '.join(SHOW_TOPICS)}")
+
+
+def lookup_all(m: Matrix) -> list[dict[str, Any]]:
+    return [
+        {"name": g.name, "compute_capability": ".".join(map(str, g.compute_capability))}
+        for g in m.gpus
+    ]

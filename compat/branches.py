@@ -30,19 +30,28 @@ def drives(branch: int, t: Target) -> bool:
     return t.arch.drives(branch)
 
 
+def branch_span(t: Target) -> tuple[int, int | None] | None:
+    """The first and last driver branch that drive ``t`` (last None: still supported): the
+    GPU's own first branch where the data gives one, else its architecture's. The one floor
+    that ``lookup``, the support table and every driver message use."""
+    if t.arch is None:
+        return None
+    first = t.arch.min_driver_branch
+    if t.gpu is not None and t.gpu.min_driver_branch is not None:
+        first = max(first, t.gpu.min_driver_branch)
+    return first, t.arch.last_driver_branch
+
+
 def not_driven_reason(m: Matrix, branch: int, t: Target) -> str:
     """Why ``branch`` does not drive ``t``, naming the branches that do."""
-    arch = t.arch
-    if arch is None:
+    span = branch_span(t)
+    if span is None or t.arch is None:
         return f"driver branch {branch}: the architecture of {t.label} is unknown"
-    usable = driving_branches(m, [t])
-    if not usable:
-        span = "none in the matrix"
-    elif arch.last_driver_branch is not None:
-        span = f"branches {usable[0]} to {usable[-1]}"
-    else:
-        span = f"branch {usable[0]} and newer"
-    return f"driver branch {branch} does not drive {t.label} ({arch.display}): allowed are {span}"
+    first, last = span
+    allowed = f"branches {first} to {last}" if last is not None else f"branch {first} and newer"
+    return (
+        f"driver branch {branch} does not drive {t.label} ({t.arch.display}): allowed are {allowed}"
+    )
 
 
 def branch_runs(m: Matrix, branch: int, toolkit: Toolkit) -> str | None:

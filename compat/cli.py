@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     host_args(rs)
 
     ex = add("explain", "cause and fix of an error message")
-    ex.add_argument("text", nargs="+", help="the error message (quote it)")
+    ex.add_argument("text", nargs="*", help="the error message (quote it)")
+    ex.add_argument("--list", action="store_true", help="list the error messages it knows")
     ex.add_argument("--gpu", action="append", default=[], metavar="G")
     ex.add_argument("--driver", metavar="VERSION")
 
@@ -76,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     mx.add_argument("--gpu", metavar="G", help="every release that runs on this GPU")
     mx.add_argument("--markdown", action="store_true", help="Markdown table (for the README)")
     mx.add_argument("--channel", choices=("pip", "conda"), default="pip")
+
+    sh = add("show", "list the rows of one table of the matrix")
+    sh.add_argument("topic", choices=compat.SHOW_TOPICS)
 
     ins = add(
         "inspect",
@@ -166,7 +170,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         )
     else:
         raise CompatError("check needs --torch VERSION[+VARIANT] or --installed PATH")
-    name = f"torch {verdict['torch']}" + (f"+{verdict['variant']}" if verdict["variant"] else "")
+    torch = str(verdict["torch"])
+    # A measured build's version already carries its local part (2.13.0+cpu).
+    local = f"+{verdict['variant']}" if verdict["variant"] and "+" not in torch else ""
+    name = f"torch {torch}{local}"
     head = "YES" if verdict["compatible"] else "NO"
     human = [
         f"{head}: {name} {'runs' if verdict['compatible'] else 'does not run'} on "
@@ -223,10 +230,17 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    known = compat.known_errors()
+    listing = [f"  {e['id']}: {e['title']}" for e in known]
+    if args.list:
+        _emit(args, known, ["Known error messages (gpu-compat explain TEXT):", *listing])
+        return OK
+    if not args.text:
+        raise CompatError("explain needs the error message TEXT, or --list")
     text = " ".join(args.text)
     ans = compat.explain(text, args.gpu, driver=args.driver)
     if not ans["recognised"]:
-        human = ["Not a known error message. Known: run `gpu-compat explain --help`."]
+        human = ["Not a known error message. Known (gpu-compat explain --list):", *listing]
     else:
         human = [f"{ans['title']} [{ans['id']}]", f"Cause: {ans['cause']}"]
         if ans["matrix"]:
@@ -326,6 +340,16 @@ def _how(result: str, entry: str | None) -> str:
     return f"{result} {entry}" if entry else "NO kernel image: its operations fail here"
 
 
+def _cmd_show(args: argparse.Namespace) -> int:
+    rows = compat.show(args.topic)
+    human = [
+        " ".join(f"{v if not isinstance(v, list) else ' '.join(v)}" for v in r.values())
+        for r in rows
+    ]
+    _emit(args, rows, human)
+    return OK
+
+
 _COMMANDS = {
     "lookup": _cmd_lookup,
     "check": _cmd_check,
@@ -333,6 +357,7 @@ _COMMANDS = {
     "explain": _cmd_explain,
     "matrix": _cmd_matrix,
     "inspect": _cmd_inspect,
+    "show": _cmd_show,
 }
 
 

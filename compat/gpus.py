@@ -43,8 +43,12 @@ def _parse_pci_query(q: str) -> tuple[str, bool] | None:
     return None
 
 
-def lookup(m: Matrix, query: str) -> list[GPU]:
-    """GPUs matching a name (case-insensitive, partial), a PCI ID or a compute capability."""
+def lookup(m: Matrix, query: str, every: bool = False) -> list[GPU]:
+    """GPUs matching a name (case-insensitive, partial), a PCI ID or a compute capability.
+
+    An exact product name (as NVML reports it) wins over family aliases and partial matches;
+    with ``every`` (``gpu-compat lookup``) the exact match comes first, followed by every other
+    GPU the query matches (``P4`` lists the P40 too)."""
     if not query.strip():
         raise CompatError("empty GPU query: give a name (K40m), a PCI ID (10de:1023) or sm_35")
     pci = _parse_pci_query(query)
@@ -58,18 +62,27 @@ def lookup(m: Matrix, query: str) -> list[GPU]:
     if cc is not None:
         return [g for g in m.gpus if g.compute_capability == cc]
     q = _norm(query)
-    # An exact product name (as NVML reports it) wins over a family alias: nvidia-smi calls
-    # the 94 GB H100 plain "H100", which is also every H100's alias.
+    # nvidia-smi calls the 94 GB H100 plain "H100", which is also every H100's alias.
     exact = [g for g in m.gpus if _norm(g.name) == q]
-    if exact:
-        return exact
     alias = [g for g in m.gpus if q in (_norm(n) for n in g.aliases)]
-    if alias:
-        return alias
     words = q.split()
-    return [
+    partial = [
         g for g in m.gpus if any(all(w in _norm(n) for w in words) for n in (g.name, *g.aliases))
     ]
+    if every:
+        return list(dict.fromkeys([*exact, *alias, *partial]))
+    return exact or list(dict.fromkeys([*alias, *partial]))
+
+
+def _judged_alike(m: Matrix, gpus: list[GPU]) -> bool:
+    """Whether the rules cannot tell these GPUs apart: one compute capability, one range of
+    driver branches."""
+    spans = set()
+    for g in gpus:
+        arch = m.architecture_of(g)
+        first = max(arch.min_driver_branch, g.min_driver_branch or 0)
+        spans.add((g.compute_capability, first, arch.last_driver_branch))
+    return len(spans) == 1
 
 
 def suggestions(m: Matrix, query: str, n: int = 3) -> list[str]:
@@ -80,27 +93,38 @@ def suggestions(m: Matrix, query: str, n: int = 3) -> list[str]:
 
 
 class Target:
-    """One GPU of a host, as the rules see it: a capability and its architecture."""
+    """One GPU of a host, as the rules see it: a capability and its architecture.
+    ``candidates``: every GPU a partial name matched when the rules judge them alike."""
 
-    __slots__ = ("arch", "cc", "gpu", "label", "query")
+    __slots__ = ("arch", "candidates", "cc", "gpu", "label", "query")
 
     def __init__(
-        self, query: str, label: str, cc: CC, arch: Architecture | None, gpu: GPU | None
+        self,
+        query: str,
+        label: str,
+        cc: CC,
+        arch: Architecture | None,
+        gpu: GPU | None,
+        candidates: tuple[str, ...] = (),
     ) -> None:
         self.query = query
         self.label = label
         self.cc = cc
         self.arch = arch
         self.gpu = gpu
+        self.candidates = candidates
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "query": self.query,
             "name": self.label,
             "compute_capability": cc_str(self.cc),
             "architecture": self.arch.name if self.arch else None,
             "pci_ids": list(self.gpu.pci_ids) if self.gpu else [],
         }
+        if self.candidates:
+            d["candidates"] = list(self.candidates)
+        return d
 
 
 def target(m: Matrix, query: str | dict[str, Any]) -> Target:
@@ -129,12 +153,31 @@ def target(m: Matrix, query: str | dict[str, Any]) -> Target:
             f"unknown GPU {text!r}: give a name (K40m), a PCI ID (10de:1023) or a compute "
             f"capability (sm_35){extra}"
         )
-    ccs = {g.compute_capability for g in found}
-    if len(ccs) > 1:
-        names = ", ".join(f"{g.name} ({cc_str(g.compute_capability)})" for g in found[:8])
-        raise CompatError(f"GPU {text!r} is ambiguous: it matches {names}; be more specific")
+    if len(found) > 1 and not _judged_alike(m, found):
+        names = ", ".join(f"{g.name} ({_describe(m, g)})" for g in found[:12])
+        more = f" and {len(found) - 12} more" if len(found) > 12 else ""
+        raise CompatError(
+            f"GPU {text!r} is ambiguous: it matches {names}{more}, which differ in compute "
+            "capability or driver branches; give one of these names"
+        )
     gpu = found[0]
-    return Target(text, gpu.name, gpu.compute_capability, m.architecture_of(gpu), gpu)
+    arch = m.architecture_of(gpu)
+    if len(found) == 1:
+        return Target(text, gpu.name, gpu.compute_capability, arch, gpu)
+    # Alike for the rules: answer for all of them and say so (compat.resolution's reasons).
+    alike = tuple(g.name for g in found)
+    return Target(text, gpu.name, gpu.compute_capability, arch, gpu, alike)
+
+
+def _describe(m: Matrix, g: GPU) -> str:
+    arch = m.architecture_of(g)
+    first = max(arch.min_driver_branch, g.min_driver_branch or 0)
+    last = arch.last_driver_branch
+    return (
+        f"{cc_str(g.compute_capability)}, branches {first}-{last}"
+        if last
+        else (f"{cc_str(g.compute_capability)}, branches {first}+")
+    )
 
 
 def targets(m: Matrix, queries: list[Any] | tuple[Any, ...]) -> list[Target]:

@@ -82,9 +82,21 @@ def _verdict(
         "channel": ev.channel,
         "gpus": [_target_cov(t, ev) for t in tgts],
         "driver": _driver_info(m, ev, tgts, drv),
-        "reasons": reasons + _unverified_reason(unverified),
+        "reasons": _candidates_reason(tgts) + reasons + _unverified_reason(unverified),
         "unverified": list(unverified),
     }
+
+
+def _candidates_reason(tgts: list[Target]) -> list[str]:
+    """Partial names that matched several GPUs the rules judge alike: name them all."""
+    out = []
+    for t in tgts:
+        if t.candidates:
+            out.append(
+                f"{t.query!r} matches {', '.join(t.candidates)}: the same compute capability "
+                f"{cc_str(t.cc)} and driver branches, so this answer holds for each"
+            )
+    return out
 
 
 def _unverified_reason(unverified: list[str]) -> list[str]:
@@ -158,10 +170,10 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
         unverified.append(f"ngc.yaml: {container['tag']}")
     plan = _verdict(m, ev, tgts, drv, True, [], unverified)
     plan.pop("compatible")
-    reasons = [
-        f"torch {rel.version} is the newest release with a build for every GPU"
-        + (f" ({', '.join(t.label for t in tgts)})" if tgts else " (no GPU: CPU build)")
-    ]
+    newest = f"torch {rel.version} is the newest release with a build for every GPU" + (
+        f" ({', '.join(t.label for t in tgts)})" if tgts else " (no GPU: CPU build)"
+    )
+    reasons = [*_candidates_reason(tgts), newest]
     reasons += ev.reasons
     if tgts and var.name != rel.pypi_default:
         reasons.append(

@@ -79,7 +79,7 @@ def test_branch_that_dropped_the_gpu(mini: Matrix) -> None:
     verdict = resolution.check(mini, ["K40m"], "1.5.0+cu102", driver="535.183.01")
     assert verdict["compatible"] is False
     assert (
-        "driver branch 535 does not drive Tesla K40m (Kepler): allowed are branches 450 to 470"
+        "driver branch 535 does not drive Tesla K40m (Kepler): allowed are branches 300 to 470"
         in verdict["reasons"]
     )
 
