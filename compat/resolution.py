@@ -8,7 +8,7 @@ from compat.branches import drives, driving_branches
 from compat.data import Matrix
 from compat.evaluation import CHANNELS, Evaluation, evaluate, parse_host, parse_torch
 from compat.gpus import Target
-from compat.install import install_commands
+from compat.install import install_data, pypi_install
 from compat.model import (
     CC,
     CompatError,
@@ -156,14 +156,17 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
             f"driver branches {ev.branches[0]}..{ev.branches[-1]} drive every GPU and run CUDA "
             f"{var.cuda_text}; newest: {ev.branches[-1]}"
         )
+    container = _container_for(m, tgts, drv, ev)
+    install = install_data(rel, var)
+    install["container"] = image_ref(container["image"]) if container else None
     plan.update(
         {
             "ok": True,
             "torchvision": rel.torchvision,
             "torchaudio": rel.torchaudio,
             "python": list(rel.python),
-            "install": install_commands(rel, var),
-            "container": _container_for(m, tgts, drv, ev),
+            "install": install,
+            "container": container,
             "reasons": reasons,
             "notes": ev.notes,
         }
@@ -343,3 +346,27 @@ def check_measured(
     out["torch"] = full or None
     out["measured"] = True
     return out
+
+
+def pinned_install(m: Matrix, spec: str) -> dict[str, Any]:
+    """The install document of a pinned build: ``V+VARIANT`` from its index or find-links,
+    a bare ``V`` from PyPI (its default build)."""
+    release, variant = parse_torch(m, spec)
+    if variant is not None:
+        return install_data(release, variant)
+    default = release.variant(release.pypi_default or "")
+    if default is None:
+        raise CompatError(
+            f"torch {release.version} has no PyPI default build in the matrix: pin a variant "
+            f"({', '.join(v.name for v in release.variants)})"
+        )
+    return pypi_install(release, default)
+
+
+def image_ref(image: str) -> dict[str, str]:
+    """``nvcr.io/nvidia/pytorch:24.05-py3`` -> image, registry (``nvcr.io``) and path
+    (``nvidia/pytorch:24.05-py3``), so that a registry mirror replaces a field, not text."""
+    registry, _, path = image.partition("/")
+    if "." not in registry and ":" not in registry:  # Docker Hub: no registry host
+        registry, path = "docker.io", image
+    return {"image": image, "registry": registry, "path": path}

@@ -15,7 +15,7 @@ def test_resolve_picks_newest_release_covering_every_gpu(mini: Matrix) -> None:
     assert plan["ok"] is True
     assert (plan["torch"], plan["variant"]) == ("2.0.0", "cu118")
     assert plan["driver"]["branches"] == [535]  # 450/470 cannot run CUDA 11.8 fully
-    assert plan["install"]["index_url"] == "https://download.pytorch.org/whl/cu118"
+    assert plan["install"]["pip"]["index_url"] == "https://download.pytorch.org/whl/cu118"
 
 
 def test_mixed_host_needs_a_build_for_both(mini: Matrix) -> None:
@@ -126,7 +126,9 @@ def test_check_without_variant_names_the_best(mini: Matrix) -> None:
 
 def test_find_links_install_command(mini: Matrix) -> None:
     plan = resolution.resolve(mini, ["K40m"])
-    assert plan["install"]["pip"] == "pip install torch==1.5.0 torchvision==0.6.0"
+    assert plan["install"]["commands"]["pip"] == "pip install torch==1.5.0 torchvision==0.6.0"
+    assert plan["install"]["pip"]["requirements"] == ["torch==1.5.0", "torchvision==0.6.0"]
+    assert plan["install"]["pip"]["find_links"] is None
     rel = mini.release("1.5.0")
     assert rel is not None
     cpu = rel.variant("cpu")
