@@ -1,3 +1,5 @@
+# Copyright: gpuprov contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible filters over gpuprov's compatibility matrix (the same library as ``gpu-compat``)."""
 
 from __future__ import annotations
