@@ -42,6 +42,7 @@ __all__ = [
     "branch_check",
     "check",
     "check_measured",
+    "debian_packages",
     "explain",
     "install_for",
     "load",
@@ -207,3 +208,11 @@ def install_for(
         torchvision=torchvision or None,
         torchaudio=torchaudio or None,
     )
+
+
+def debian_packages() -> dict[str, dict[int, dict[str, list[str]]]]:
+    """Debian version -> driver branch -> {kernel, userspace} packages (the nvidia_driver role's
+    package map; compat/data/drivers.yaml is its one source)."""
+    from compat import branches
+
+    return branches.debian_packages(load())

@@ -213,6 +213,18 @@ def gpu_compat_install(
         raise AnsibleFilterError(f"gpu_compat_install: {exc}") from exc
 
 
+def gpu_compat_os_packages(os_family: Any) -> dict[str, Any]:
+    """The driver package map of an OS family from the matrix (Debian: version -> branch ->
+    {kernel, userspace}); the nvidia_driver role's vars/Debian.yml reads it."""
+    _require()
+    if str(os_family) != "Debian":
+        raise AnsibleFilterError(
+            f"gpu_compat_os_packages: no package map for {os_family!r} in compat/data "
+            "(known: Debian)"
+        )
+    return compat.debian_packages()
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -223,4 +235,5 @@ class FilterModule:
             "gpu_compat_allowed_branches": gpu_compat_allowed_branches,
             "gpu_compat_plan": gpu_compat_plan,
             "gpu_compat_install": gpu_compat_install,
+            "gpu_compat_os_packages": gpu_compat_os_packages,
         }
