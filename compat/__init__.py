@@ -9,9 +9,12 @@ the CLI starts fast. The modules behind it, by concept:
 - :mod:`compat.branches`: which driver branches drive which GPUs and run which CUDA
 - :mod:`compat.evaluation`: the verdict of one build against a host
 - :mod:`compat.resolution`: ``resolve`` and ``check``
-- :mod:`compat.install`: how a build is installed
+- :mod:`compat.install`: how a build is installed (as data)
+- :mod:`compat.plan`: one host's plan (driver-branch policy, pins, packaged branches)
 - :mod:`compat.explainer`: error messages, their causes and fixes
 - :mod:`compat.support`: the support table
+- :mod:`compat.containers`: NGC containers and how sure their GPU floors are
+- :mod:`compat.cudalibs`: the CUDA libraries (cuDNN, cuBLAS, ...) of an install, measured
 """
 
 from __future__ import annotations
@@ -41,12 +44,15 @@ __all__ = [
     "branch_check",
     "check",
     "check_measured",
+    "debian_packages",
     "explain",
     "inspect",
+    "install_for",
     "known_errors",
     "load",
     "lookup",
     "parse_driver",
+    "plan_host",
     "releases_for_gpu",
     "resolve",
     "show",
@@ -240,3 +246,63 @@ def lookup_all(m: Matrix) -> list[dict[str, Any]]:
         {"name": g.name, "compute_capability": ".".join(map(str, g.compute_capability))}
         for g in m.gpus
     ]
+
+
+def plan_host(
+    gpus: list[dict[str, Any]],
+    packaged_branches: list[Any] | None = None,
+    os_name: str | None = None,
+    driver_branch: Any = None,
+    torch: Any = None,
+    channel: str | None = None,
+    python: str | None = None,
+    expect_gpu: bool = True,
+    host: str | None = None,
+    sysfs_root: str | None = None,
+) -> dict[str, Any]:
+    """One host's plan from its ``gpu_info`` GPUs, the OS's packaged driver branches and the
+    inventory pins: the versioned document described in docs/design.md ("The host plan")."""
+    from compat import plan
+
+    return plan.plan_host(
+        load(),
+        gpus,
+        packaged_branches=packaged_branches or [],
+        os_name=os_name,
+        driver_branch=driver_branch,
+        torch=torch,
+        channel=channel,
+        python=python,
+        expect_gpu=expect_gpu,
+        host=host,
+        sysfs_root=sysfs_root,
+    )
+
+
+def install_for(
+    base: dict[str, Any] | str,
+    local_version: bool = False,
+    companions: bool = True,
+    torchvision: str | None = None,
+    torchaudio: str | None = None,
+) -> dict[str, Any]:
+    """The install document for one host: ``base`` is a plan's ``install`` or a pinned torch
+    (``2.5.1`` or ``2.5.1+cu124``); see :func:`compat.install.tailor` for the options."""
+    from compat import install, resolution
+
+    doc = resolution.pinned_install(load(), base) if isinstance(base, str) else base
+    return install.tailor(
+        doc,
+        local_version=local_version,
+        companions=companions,
+        torchvision=torchvision or None,
+        torchaudio=torchaudio or None,
+    )
+
+
+def debian_packages() -> dict[str, dict[int, dict[str, list[str]]]]:
+    """Debian version -> driver branch -> {kernel, userspace} packages (the nvidia_driver role's
+    package map; compat/data/drivers.yaml is its one source)."""
+    from compat import branches
+
+    return branches.debian_packages(load())

@@ -98,3 +98,16 @@ def branch_check(m: Matrix, branch: Any, gpus: list[Any] | tuple[Any, ...]) -> d
         "reasons": reasons,
         "allowed_branches": driving_branches(m, tgts),
     }
+
+
+def debian_packages(m: Matrix) -> dict[str, dict[int, dict[str, list[str]]]]:
+    """Debian version ("12") -> driver branch -> {kernel, userspace} package lists: what the
+    nvidia_driver role installs (compat/data/drivers.yaml, ``debian:``)."""
+    out: dict[str, dict[int, dict[str, list[str]]]] = {}
+    for row in m.debian:
+        packages = row["packages"]
+        out.setdefault(str(row["version"]), {})[int(row["branch"])] = {
+            "kernel": list(packages["kernel"]),
+            "userspace": list(packages["userspace"]),
+        }
+    return out

@@ -214,9 +214,10 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
             elif branch:
                 line += f"; branch {branch} (newest that drives every GPU and runs this CUDA)"
             out.append(line)
-        out.append(f"Install:    {plan['install']['pip']}")
-        if plan["install"].get("conda"):
-            out.append(f"Conda:      {plan['install']['conda']}")
+        commands = plan["install"]["commands"]
+        out.append(f"Install:    {commands['pip']}")
+        if commands["conda"]:
+            out.append(f"Conda:      {commands['conda']}")
         if plan.get("container"):
             out.append(
                 f"Container:  {plan['container']['image']} (torch {plan['container']['torch']})"

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 CACHE_FORMAT = 4
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
-# Table name -> (top-level key, required fields, file glob).
-_TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
+# Table name -> (top-level key, required fields, file glob). The one list of the data's tables:
+# tests/unit/test_data.py and docs/design.md are checked against it.
+TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "architectures": (
         "architectures",
         ("name", "compute_capabilities", "min_driver_branch", "source"),
@@ -54,7 +55,7 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "gpus.yaml",
     ),
     "branches": ("branches", ("branch", "max_cuda", "source"), "drivers.yaml"),
-    "debian": ("debian", ("release", "branch", "packages", "source"), "drivers.yaml"),
+    "debian": ("debian", ("release", "version", "branch", "packages", "source"), "drivers.yaml"),
     "toolkits": (
         "toolkits",
         ("version", "min_driver", "min_compute_capability", "max_compute_capability", "source"),
@@ -75,7 +76,7 @@ _TABLES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "pins": ("pins", ("torch", "variant", "packages", "source"), "libraries.yaml"),
     "floors": ("floors", ("gpu", "source"), "perf.yaml"),
 }
-_OPTIONAL_TABLES = {"debian", "containers", "floors", "libraries", "pins"}
+OPTIONAL_TABLES = {"debian", "containers", "floors", "libraries", "pins"}
 _VARIANT_FIELDS = ("name", "channels", "source")
 
 
@@ -172,7 +173,7 @@ def compile_tables(files: Sequence[str | Path]) -> dict[str, list[dict[str, Any]
 
     docs = {os.path.basename(f): _read_yaml(f) for f in files}
     tables: dict[str, list[dict[str, Any]]] = {}
-    for table, (key, required, pattern) in _TABLES.items():
+    for table, (key, required, pattern) in TABLES.items():
         rows: list[dict[str, Any]] = []
         found = False
         for fname, doc in docs.items():
@@ -186,7 +187,7 @@ def compile_tables(files: Sequence[str | Path]) -> dict[str, list[dict[str, Any]
                 where = f"{fname}: {key}[{i}]"
                 _require(row, required, where)
                 rows.append(row)
-        if not found and table not in _OPTIONAL_TABLES:
+        if not found and table not in OPTIONAL_TABLES:
             raise CompatDataError(f"matrix data has no '{key}' table (expected in {pattern})")
         tables[table] = rows
     tables["releases"].sort(key=lambda r: version_of(str(r["version"]), "torch version"))
@@ -286,7 +287,6 @@ class Matrix:
             Container(r) for r in tables.get("containers", ())
         )
         self.errors: tuple[KnownError, ...] = tuple(KnownError(r) for r in tables["errors"])
-        self.floors: tuple[dict[str, Any], ...] = tuple(tables.get("floors", ()))
         self.libraries: dict[str, LibraryBuild] = {
             b.spec: b for b in (LibraryBuild(r) for r in tables.get("libraries", ()))
         }

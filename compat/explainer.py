@@ -108,9 +108,8 @@ def _explain_with_matrix(
         plan = resolve(m, [t.query for t in tgts], driver=driver)
         answer["plan"] = plan
         if plan["ok"]:
-            lines.append(
-                f"what runs here: torch {plan['torch']}+{plan['variant']}: {plan['install']['pip']}"
-            )
+            pip = plan["install"]["commands"]["pip"]
+            lines.append(f"what runs here: torch {plan['torch']}+{plan['variant']}: {pip}")
         else:
             lines.extend(plan["reasons"] + plan["notes"])
     if drv is not None and answer["id"] == "driver-insufficient":

@@ -146,7 +146,6 @@ class Architecture:
         "last_driver_branch",
         "min_driver_branch",
         "name",
-        "open_kernel_modules",
         "source",
     )
 
@@ -159,7 +158,6 @@ class Architecture:
         self.min_driver_branch: int = int(row["min_driver_branch"])
         last = row.get("last_driver_branch")
         self.last_driver_branch: int | None = None if last is None else int(last)
-        self.open_kernel_modules: bool = bool(row.get("open_kernel_modules", False))
         self.source: str = row["source"]
 
     def drives(self, branch: int) -> bool:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from compat import rules
 from compat.branches import drives, driving_branches
+from compat.containers import container_for
 from compat.data import Matrix
 from compat.evaluation import CHANNELS, Evaluation, evaluate, parse_host, parse_torch
 from compat.gpus import Target
-from compat.install import install_commands
+from compat.install import install_data, pypi_install
 from compat.model import (
     CC,
     CompatError,
@@ -18,7 +19,6 @@ from compat.model import (
     cc_str,
     cmp_key,
     describe_driver,
-    version_key,
 )
 
 TYPE_CHECKING = False
@@ -164,7 +164,7 @@ def _covers_all(variant: Variant, tgts: list[Target], channel: str) -> bool:
 
 def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None) -> dict[str, Any]:
     rel, var = ev.release, ev.variant
-    container = _container_for(m, tgts, drv, ev)
+    container = container_for(m, tgts, drv, ev.branches)
     unverified = list(ev.unverified)
     if container is not None and container["confidence"] == "unverified":
         unverified.append(f"ngc.yaml: {container['tag']}")
@@ -185,6 +185,8 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
             f"driver branches {ev.branches[0]}..{ev.branches[-1]} drive every GPU and run CUDA "
             f"{var.cuda_text}; newest: {ev.branches[-1]}"
         )
+    install = install_data(rel, var)
+    install["container"] = image_ref(container["image"]) if container else None
     reasons += _unverified_reason(unverified)
     plan.update(
         {
@@ -192,68 +194,13 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
             "torchvision": rel.torchvision,
             "torchaudio": rel.torchaudio,
             "python": list(rel.python),
-            "install": install_commands(rel, var),
+            "install": install,
             "container": container,
             "reasons": reasons,
             "notes": ev.notes,
         }
     )
     return plan
-
-
-def container_floors(m: Matrix) -> dict[str, CC | None]:
-    """Each NGC tag's GPU floor as far as sources allow: its own floor where a source confirms
-    it; else the lowest confirmed floor of it or any later tag (floors never fell from one
-    release to the next, so that bounds the unknown one from above); None when no later tag
-    has a confirmed floor (then the image is never recommended)."""
-    out: dict[str, CC | None] = {}
-    bound: CC | None = None
-    for c in sorted(m.containers, key=lambda c: c.tag, reverse=True):
-        if c.min_cc_source is not None:
-            bound = c.min_cc if bound is None else min(bound, c.min_cc)
-            out[c.tag] = c.min_cc
-        else:
-            out[c.tag] = None if bound is None else max(bound, c.min_cc)
-    return out
-
-
-def _container_for(
-    m: Matrix, tgts: list[Target], drv: VersionKey | None, ev: Evaluation
-) -> dict[str, Any] | None:
-    """The newest NGC PyTorch container whose CUDA supports every GPU and the driver, and whose
-    GPU floor (confirmed, or bounded by a later confirmed one) is at or below every GPU."""
-    if not tgts:
-        return None
-    top_branch = drv[0] if drv else (ev.branches[-1] if ev.branches else None)
-    if top_branch is None:
-        return None
-    floors = container_floors(m)
-    for c in sorted(m.containers, key=lambda c: c.tag, reverse=True):
-        try:
-            cuda = version_key(c.cuda, "CUDA")
-            need = version_key(c.min_driver, "driver")
-        except CompatError:
-            continue
-        tk = m.toolkit(cuda)
-        floor = floors.get(c.tag)
-        if tk is None or floor is None:
-            continue
-        if not all(rules.toolkit_supports(tk, t.cc) and t.cc >= floor for t in tgts):
-            continue
-        if top_branch < need[0] or (drv is not None and cmp_key(drv) < cmp_key(need)):
-            continue
-        return {
-            "image": c.image,
-            "tag": c.tag,
-            "torch": c.torch,
-            "cuda": c.cuda,
-            "min_driver": c.min_driver,
-            "min_compute_capability": cc_str(floor),
-            "floor_verified": c.min_cc_source is not None,
-            "source": c.source,
-            "confidence": c.confidence,
-        }
-    return None
 
 
 def _no_plan(
@@ -398,3 +345,27 @@ def check_measured(
     out["torch"] = full or None
     out["measured"] = True
     return out
+
+
+def pinned_install(m: Matrix, spec: str) -> dict[str, Any]:
+    """The install document of a pinned build: ``V+VARIANT`` from its index or find-links,
+    a bare ``V`` from PyPI (its default build)."""
+    release, variant = parse_torch(m, spec)
+    if variant is not None:
+        return install_data(release, variant)
+    default = release.variant(release.pypi_default or "")
+    if default is None:
+        raise CompatError(
+            f"torch {release.version} has no PyPI default build in the matrix: pin a variant "
+            f"({', '.join(v.name for v in release.variants)})"
+        )
+    return pypi_install(release, default)
+
+
+def image_ref(image: str) -> dict[str, str]:
+    """``nvcr.io/nvidia/pytorch:24.05-py3`` -> image, registry (``nvcr.io``) and path
+    (``nvidia/pytorch:24.05-py3``), so that a registry mirror replaces a field, not text."""
+    registry, _, path = image.partition("/")
+    if "." not in registry and ":" not in registry:  # Docker Hub: no registry host
+        registry, path = "docker.io", image
+    return {"image": image, "registry": registry, "path": path}

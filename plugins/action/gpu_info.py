@@ -1,5 +1,5 @@
 # Copyright: gpuprov contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """Action plugin for gpu_info: run the module on the host, enrich on the controller.
 
 The managed host has no compat package, so the module reports what the hardware and the

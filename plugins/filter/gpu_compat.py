@@ -1,3 +1,5 @@
+# Copyright: gpuprov contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible filters over gpuprov's compatibility matrix (the same library as ``gpu-compat``)."""
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ description:
     the C(gpu-compat) CLI. C(gpu_compat_resolve) returns the plan of C(gpu-compat resolve --json)
     plus C(ok); C(gpu_compat_check) the verdict of C(gpu-compat check --json);
     C(gpu_compat_gpu) one GPU record (empty dict when unknown); C(gpu_compat_branch_check)
-    whether a driver branch drives every GPU of a host.
+    whether a driver branch drives every GPU of a host; C(gpu_compat_allowed_branches) the
+    branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
+    whole C(gpu_info) fact, the packaged branches and the inventory pins.
 positional: gpus
 options:
   gpus:
@@ -38,6 +42,14 @@ EXAMPLES = r"""
 - name: Refuse a branch that drops a GPU
   ansible.builtin.assert:
     that: (nvidia_driver_branch | gpu_compat_branch_check(gpu_info.gpus)).ok
+"""
+
+EXAMPLES += r"""
+- name: Plan this host (one call; all branch policy is in compat.plan)
+  ansible.builtin.set_fact:
+    gpuprov_plan: >-
+      {{ ansible_facts['gpu_info'] | gpu_compat_plan(packaged_branches=[535, 550],
+           driver_branch=nvidia_driver_branch | default(none), host=inventory_hostname) }}
 """
 
 RETURN = r"""
@@ -136,6 +148,83 @@ def gpu_compat_branch_check(branch: Any, gpus: Any) -> dict[str, Any]:
         raise AnsibleFilterError(f"gpu_compat_branch_check: {exc}") from exc
 
 
+def gpu_compat_allowed_branches(gpus: Any) -> list[int]:
+    """The driver branches in the matrix that drive every GPU, oldest first."""
+    _require()
+    try:
+        return compat.allowed_branches(_queries(gpus))
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_compat_allowed_branches: {exc}") from exc
+
+
+def gpu_compat_plan(
+    gpu_info: Any,
+    packaged_branches: Any = None,
+    os_name: str | None = None,
+    driver_branch: Any = None,
+    torch: Any = None,
+    channel: str | None = None,
+    python: str | None = None,
+    expect_gpu: Any = True,
+    host: str | None = None,
+) -> dict[str, Any]:
+    """The host plan from the gpu_info fact (the whole dict, or its list of GPUs)."""
+    _require()
+    facts: dict[str, Any] = gpu_info if isinstance(gpu_info, dict) else {"gpus": gpu_info or []}
+    if not isinstance(expect_gpu, bool):
+        raise AnsibleFilterError(
+            f"gpu_compat_plan: gpuprov_expect_gpu must be true or false, got {expect_gpu!r}"
+        )
+    try:
+        return compat.plan_host(
+            list(facts.get("gpus") or []),
+            packaged_branches=list(packaged_branches or []),
+            os_name=os_name or None,
+            driver_branch=driver_branch,
+            torch=torch,
+            channel=channel or None,
+            python=python or None,
+            expect_gpu=expect_gpu,
+            host=host,
+            sysfs_root=facts.get("sysfs_root"),
+        )
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_compat_plan: {exc}") from exc
+
+
+def gpu_compat_install(
+    base: Any,
+    local_version: bool = False,
+    companions: bool = True,
+    torchvision: str | None = None,
+    torchaudio: str | None = None,
+) -> dict[str, Any]:
+    """The install document for one host from a plan's install (dict) or a pinned torch."""
+    _require()
+    try:
+        return compat.install_for(
+            base if isinstance(base, dict) else str(base),
+            local_version=bool(local_version),
+            companions=bool(companions),
+            torchvision=torchvision or None,
+            torchaudio=torchaudio or None,
+        )
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_compat_install: {exc}") from exc
+
+
+def gpu_compat_os_packages(os_family: Any) -> dict[str, Any]:
+    """The driver package map of an OS family from the matrix (Debian: version -> branch ->
+    {kernel, userspace}); the nvidia_driver role's vars/Debian.yml reads it."""
+    _require()
+    if str(os_family) != "Debian":
+        raise AnsibleFilterError(
+            f"gpu_compat_os_packages: no package map for {os_family!r} in compat/data "
+            "(known: Debian)"
+        )
+    return compat.debian_packages()
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -143,4 +232,8 @@ class FilterModule:
             "gpu_compat_check": gpu_compat_check,
             "gpu_compat_gpu": gpu_compat_gpu,
             "gpu_compat_branch_check": gpu_compat_branch_check,
+            "gpu_compat_allowed_branches": gpu_compat_allowed_branches,
+            "gpu_compat_plan": gpu_compat_plan,
+            "gpu_compat_install": gpu_compat_install,
+            "gpu_compat_os_packages": gpu_compat_os_packages,
         }

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: gpuprov contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """gpu_info: gather NVIDIA GPU facts with NVML -> nvidia-smi -> PCI ID fallbacks."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: gpuprov contributors
-# Apache-2.0 (see pyproject.toml)
+# SPDX-License-Identifier: Apache-2.0
 """Merge keys into a JSON object file without clobbering keys owned by others."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def test_resolve_k40m(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan["torch"].startswith("1.")
     assert plan["gpus"][0]["covered_by"] == "sm_35"
     assert plan["driver"]["branch"] == 470
-    assert plan["install"]["pip"].startswith("pip install torch==")
+    assert plan["install"]["commands"]["pip"].startswith("pip install torch==")
 
 
 def test_resolve_k40m_python_3_11_has_no_official_build(capsys: pytest.CaptureFixture[str]) -> None:

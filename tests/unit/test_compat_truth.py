@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import compat
-from compat import resolution
+from compat import containers
 from compat.data import Matrix
 
 
@@ -39,7 +39,7 @@ def test_no_ngc_image_above_a_verified_floor_for_pascal_and_volta(real: Matrix, 
     plan = compat.resolve([gpu])
     container = plan["container"]
     assert container is not None
-    floors = resolution.container_floors(real)
+    floors = containers.container_floors(real)
     # the recommended image's floor is confirmed, or bounded by a later confirmed one
     assert floors[container["tag"]] is not None
     assert container["tag"] < "25.08"  # the CUDA 13 images start at 7.5

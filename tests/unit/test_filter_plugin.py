@@ -40,6 +40,10 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_check",
         "gpu_compat_gpu",
         "gpu_compat_branch_check",
+        "gpu_compat_allowed_branches",
+        "gpu_compat_plan",
+        "gpu_compat_install",
+        "gpu_compat_os_packages",
     }
 
 
@@ -74,6 +78,24 @@ def test_branch_check_names_gpu_and_allowed_branches(plugin: ModuleType) -> None
     unknown = plugin.gpu_compat_branch_check(471, ["K40m"])
     assert unknown["ok"] is False
     assert "driver branch 471 is not in the matrix: known are" in unknown["reasons"][-1]
+
+
+def test_allowed_branches_without_a_fake_branch(plugin: ModuleType) -> None:
+    allowed = plugin.gpu_compat_allowed_branches([{"pci_id": "10de:1023"}])
+    assert allowed == plugin.gpu_compat_branch_check(470, ["K40m"])["allowed_branches"]
+    assert allowed[-1] == 470  # Kepler's last branch
+
+
+def test_plan_from_the_whole_gpu_info_fact(plugin: ModuleType) -> None:
+    k40m = {"index": 0, "pci_id": "10de:1023", "name": "Tesla K40m", "compute_capability": "3.5"}
+    facts = {"gpus": [k40m], "sysfs_root": "/opt/sim/sys", "source": "pci"}
+    plan = plugin.gpu_compat_plan(facts, packaged_branches=[470, 535], host="n1")
+    assert plan["ok"] is True
+    assert plan["driver"]["branch"] == 470
+    empty = plugin.gpu_compat_plan({"gpus": [], "sysfs_root": "/opt/sim/sys"}, host="n1")
+    assert "PCI scan of /opt/sim/sys/bus/pci/devices" in empty["refused"][0]
+    with pytest.raises(AnsibleFilterError, match="gpuprov_expect_gpu must be true or false"):
+        plugin.gpu_compat_plan(facts, expect_gpu="no")
 
 
 def test_bad_input_raises_filter_errors(plugin: ModuleType) -> None:

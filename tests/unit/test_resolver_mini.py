@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compat import branches, gpus, install, resolution
+from compat import branches, containers, gpus, install, resolution
 from compat.data import Matrix
 from compat.model import CompatError
 
@@ -15,7 +15,7 @@ def test_resolve_picks_newest_release_covering_every_gpu(mini: Matrix) -> None:
     assert plan["ok"] is True
     assert (plan["torch"], plan["variant"]) == ("2.0.0", "cu118")
     assert plan["driver"]["branches"] == [535]  # 450/470 cannot run CUDA 11.8 fully
-    assert plan["install"]["index_url"] == "https://download.pytorch.org/whl/cu118"
+    assert plan["install"]["pip"]["index_url"] == "https://download.pytorch.org/whl/cu118"
 
 
 def test_mixed_host_needs_a_build_for_both(mini: Matrix) -> None:
@@ -126,7 +126,9 @@ def test_check_without_variant_names_the_best(mini: Matrix) -> None:
 
 def test_find_links_install_command(mini: Matrix) -> None:
     plan = resolution.resolve(mini, ["K40m"])
-    assert plan["install"]["pip"] == "pip install torch==1.5.0 torchvision==0.6.0"
+    assert plan["install"]["commands"]["pip"] == "pip install torch==1.5.0 torchvision==0.6.0"
+    assert plan["install"]["pip"]["requirements"] == ["torch==1.5.0", "torchvision==0.6.0"]
+    assert plan["install"]["pip"]["find_links"] is None
     rel = mini.release("1.5.0")
     assert rel is not None
     cpu = rel.variant("cpu")
@@ -268,7 +270,7 @@ def test_unverified_floor_is_bounded_by_the_next_verified_one() -> None:
             _ngc("23.01", "11.0", "5.0", False),  # no later verified floor: never recommended
         ]
     )
-    assert resolution.container_floors(m) == {
+    assert containers.container_floors(m) == {
         "20.06": (5, 0),
         "21.01": (8, 0),
         "22.01": (8, 0),
