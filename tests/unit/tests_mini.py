@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
-from conftest import mini_tables
-
 from compat.data import Matrix
+
+# tests/unit/conftest.py by path: a plain `import conftest` finds tests/lab's when the whole
+# suite runs.
+_SPEC = importlib.util.spec_from_file_location(
+    "unit_conftest", Path(__file__).with_name("conftest.py")
+)
+assert _SPEC is not None
+assert _SPEC.loader is not None
+_CONFTEST = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_CONFTEST)
+mini_tables = _CONFTEST.mini_tables
 
 
 def with_containers(containers: list[dict[str, Any]]) -> Matrix:
