@@ -64,8 +64,6 @@ def test_the_role_and_the_fabfile_copy_exactly_these_modules() -> None:
         if "compat/{{ item }}" in str(t.get("ansible.builtin.copy", {}).get("src", ""))
     ]
     assert copies == [list(sl.COMPAT_MODULES)]
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
     assert importlib.import_module("fabfile").COMPAT_MODULES == sl.COMPAT_MODULES
 
 
