@@ -38,6 +38,7 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_plan",
         "gpu_compat_install",
         "gpu_compat_os_packages",
+        "gpu_compat_host_modules",
     }
 
 
