@@ -30,9 +30,7 @@ lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellch
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/mypy plugins/action
-	cd scripts/smoke && ../../$(BIN)/mypy --config-file ../../pyproject.toml .
+	$(BIN)/mypy  # once: compat, scripts (smoke, lab), plugins (pyproject.toml [tool.mypy])
 	shellcheck .ci/run scripts/*.sh scripts/lab/*.sh
 
 syntax: deps  ## --syntax-check every playbook against the example inventory

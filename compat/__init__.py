@@ -34,7 +34,13 @@ if TYPE_CHECKING:
     from compat.data import Matrix
 
 __version__ = "0.1.0"
+
+# The stdlib-only modules copied to hosts next to the smoke scripts (the gpu_smoke role reads
+# this through the gpu_compat_host_modules filter): the fatbin reader measures the arch list
+# of the host's torch, and compat.rules is THE sm/compute coverage rule.
+HOST_MODULES = ("__init__.py", "model.py", "rules.py", "fatbin.py", "inspect_torch.py")
 __all__ = [
+    "HOST_MODULES",
     "CompatDataError",
     "CompatError",
     "ComputeCapability",

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from compat import rules
-from compat.fatbin import Container, FatbinError, parse_arch, scan_file
+from compat.fatbin import Container, FatbinError, scan_file
 
 __all__ = [
     "CudaLibrary",
@@ -112,8 +112,8 @@ def cuda_library_name(file_name: str) -> str | None:
 
 
 def _arch_key(name: str) -> tuple[int, int, int, str]:
-    kind, major, minor, suffix = parse_arch(name)
-    return (0 if kind == "sass" else 1, major, minor, suffix)
+    prefix, (major, minor), suffix = rules.parse_arch(name)
+    return (0 if prefix == "sm" else 1, major, minor, suffix)
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def weakest_link(coverages: Sequence[LibraryCoverage]) -> LibraryCoverage | None
         return None
 
     def key(c: LibraryCoverage) -> tuple[int, tuple[int, int]]:
-        got = parse_arch(c.entry)[1:3] if c.entry else (0, 0)
+        got = rules.parse_arch(c.entry)[1] if c.entry else (0, 0)
         return _RANK[c.kind], (got[0], got[1])
 
     return min(coverages, key=key)

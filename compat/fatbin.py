@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from compat import rules
-
 __all__ = [
     "FATBIN_MAGIC",
     "FATBIN_SECTION",
@@ -38,7 +36,6 @@ __all__ = [
     "elf_sections",
     "find_section",
     "iter_containers",
-    "parse_arch",
     "scan_file",
 ]
 
@@ -120,16 +117,6 @@ def arch_name(entry: Entry) -> str:
     """``sm_90a`` for a SASS entry, ``compute_80`` for a PTX entry."""
     prefix = "sm" if entry.kind == "sass" else "compute"
     return f"{prefix}_{entry.arch}{entry.suffix}"
-
-
-def parse_arch(name: str) -> tuple[Kind, int, int, Suffix]:
-    """Split ``sm_90a`` into ``("sass", 9, 0, "a")``; ValueError when malformed.
-
-    The parsing itself, and the rules of which entry runs where, live in :mod:`compat.rules`.
-    """
-    prefix, (major, minor), suffix = rules.parse_arch(name)
-    kind: Kind = "sass" if prefix == "sm" else "ptx"
-    return kind, major, minor, "a" if suffix == "a" else "f" if suffix == "f" else ""
 
 
 # ---------------------------------------------------------------- ELF

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compat.fatbin import Container, FatbinError, parse_arch, scan_file
+from compat import rules
+from compat.fatbin import Container, FatbinError, scan_file
 
 __all__ = [
     "InspectError",
@@ -116,8 +117,8 @@ class InspectResult:
 
 def arch_sort_key(name: str) -> tuple[int, int, int, str]:
     """Sort ``sm_90`` before ``sm_90a`` before ``sm_100``; PTX after SASS."""
-    kind, major, minor, suffix = parse_arch(name)
-    return (0 if kind == "sass" else 1, major, minor, suffix)
+    prefix, (major, minor), suffix = rules.parse_arch(name)
+    return (0 if prefix == "sm" else 1, major, minor, suffix)
 
 
 # ---------------------------------------------------------------- version.py

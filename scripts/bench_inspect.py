@@ -29,11 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from compat.inspect_torch import inspect_path  # noqa: E402
+# compat is the installed package (`make venv`: pip install -e .); no path juggling here.
+from compat.inspect_torch import inspect_path
 
 STORES = (Path("/opt/wheels"), Path("/opt/pypi/files"), Path("/opt/pypi-more/files"))
 LIB = "torch/lib/libtorch_cuda.so"

@@ -39,8 +39,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
-sys.path.insert(0, str(LAB_PY.parent))
-from lab import ssh_argv  # noqa: E402  (scripts/lab.py)
+# scripts/lab.py: importable because Python puts this script's directory (scripts/) first.
+from lab import ssh_argv  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PLAYBOOKS = [

@@ -39,13 +39,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from compat.cudalibs import CudaLibrary, LibraryError, inspect_libraries  # noqa: E402
-from compat.fatbin import FatbinError  # noqa: E402
-from compat.inspect_torch import InspectError, InspectResult, inspect_path  # noqa: E402
+# compat is the installed package (`make venv`: pip install -e .); no path juggling here.
+from compat.cudalibs import CudaLibrary, LibraryError, inspect_libraries
+from compat.fatbin import FatbinError
+from compat.inspect_torch import InspectError, InspectResult, inspect_path
 
 DEFAULT_SPECS = ("2.14.1", "2.13.0+cpu")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
@@ -114,7 +111,9 @@ def _matrix_archs_api(version: str, variant: str) -> tuple[list[str], list[str]]
 def _matrix_archs_yaml(version: str, variant: str) -> tuple[list[str], list[str]] | None:
     import yaml
 
-    for path in sorted((ROOT / "compat" / "data").glob("torch_*.yaml")):
+    from compat.data import DATA_DIR
+
+    for path in sorted(Path(DATA_DIR).glob("torch_*.yaml")):
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         for row in data.get("releases") or ():
             if str(row.get("version")) != version:
@@ -200,7 +199,9 @@ def compare_library(path: str, libs: list[CudaLibrary]) -> list[str]:
     """Disagreements between a measured library wheel and ``compat/data/libraries.yaml``."""
     import yaml
 
-    data = yaml.safe_load((ROOT / "compat/data/libraries.yaml").read_text(encoding="utf-8"))
+    from compat.data import DATA_DIR
+
+    data = yaml.safe_load((Path(DATA_DIR) / "libraries.yaml").read_text(encoding="utf-8"))
     rows = {(r["package"], str(r["version"])): r for r in (data or {}).get("libraries") or ()}
     problems = []
     measured = library_rows(libs)

@@ -225,6 +225,14 @@ def gpu_compat_os_packages(os_family: Any) -> dict[str, Any]:
     return compat.debian_packages()
 
 
+def gpu_compat_host_modules(what: Any = "smoke") -> list[str]:
+    """The compat modules (file names) the gpu_smoke role copies to each host."""
+    _require()
+    if what != "smoke":
+        raise AnsibleFilterError(f"gpu_compat_host_modules: unknown set {what!r} (known: smoke)")
+    return list(compat.HOST_MODULES)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -236,4 +244,5 @@ class FilterModule:
             "gpu_compat_plan": gpu_compat_plan,
             "gpu_compat_install": gpu_compat_install,
             "gpu_compat_os_packages": gpu_compat_os_packages,
+            "gpu_compat_host_modules": gpu_compat_host_modules,
         }

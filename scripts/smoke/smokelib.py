@@ -1,7 +1,7 @@
 """Shared helpers of the gpuprov smoke scripts (stdlib only; copied to each host).
 
 The smoke scripts run on hosts where the `compat` package is NOT installed; the gpu_smoke
-role copies its stdlib-only modules (COMPAT_MODULES: the fatbin reader and compat.rules)
+role copies its stdlib-only modules (compat.HOST_MODULES: the fatbin reader and compat.rules)
 to <scripts dir>/compat/, and L3 imports them through import_compat() (checked by
 tests/unit/test_smoke_coverage.py: the role copies exactly these, and they import with
 no third-party package).
@@ -119,10 +119,7 @@ def exit_code(v: Mapping[str, Any]) -> int:
 # ---------------------------------------------------------------------------
 # gpuprov's stdlib-only compat modules, copied next to the scripts
 
-# The modules the gpu_smoke role copies to <scripts dir>/compat/ (they need nothing but the
-# standard library): the fatbin reader measures the arch list of the host's torch from its
-# binaries, and compat.rules is THE sm/compute coverage rule (no copy of it lives here).
-COMPAT_MODULES = ("__init__.py", "model.py", "rules.py", "fatbin.py", "inspect_torch.py")
+# The modules the gpu_smoke role copies to <scripts dir>/compat/ are compat.HOST_MODULES.
 HERE = Path(__file__).resolve().parent
 
 

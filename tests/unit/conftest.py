@@ -3,11 +3,30 @@ cannot pin down (its values may be corrected as sources improve)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compat.data import Matrix, load
+
+
+def _register_action_plugin() -> None:
+    """plugins/action/gpu_info.py has the file name of the module it drives (gpu_info), so it
+    cannot share pytest's pythonpath with plugins/modules: it is importable as
+    ``gpu_info_action`` instead (the one loader by path in the unit tests)."""
+    path = Path(__file__).resolve().parents[2] / "plugins" / "action" / "gpu_info.py"
+    spec = importlib.util.spec_from_file_location("gpu_info_action", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_info_action"] = module
+    spec.loader.exec_module(module)
+
+
+_register_action_plugin()
 
 
 @pytest.fixture(scope="session")

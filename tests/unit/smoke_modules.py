@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -12,6 +11,4 @@ SMOKE = Path(__file__).resolve().parents[2] / "scripts" / "smoke"
 
 def smoke(name: str) -> ModuleType:
     """The smoke module ``name`` (``smokelib``, ``l3_cuda``, ...), as the scripts import it."""
-    if str(SMOKE) not in sys.path:
-        sys.path.insert(0, str(SMOKE))
-    return importlib.import_module(name)
+    return importlib.import_module(name)  # scripts/smoke is on pytest's pythonpath

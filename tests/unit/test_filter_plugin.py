@@ -3,7 +3,6 @@ on localhost whose play asserts the filters' output (the same library as the CLI
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,14 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _plugin() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_compat_filter", ROOT / "plugins" / "filter" / "gpu_compat.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    import gpu_compat  # plugins/filter is on pytest's pythonpath
+
+    return gpu_compat
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +38,7 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_plan",
         "gpu_compat_install",
         "gpu_compat_os_packages",
+        "gpu_compat_host_modules",
     }
 
 

@@ -13,9 +13,7 @@ Hardware is faked at the narrowest seams and nowhere else:
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -26,18 +24,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_info = _load("gpuprov_gpu_info_module", REPO / "plugins" / "modules" / "gpu_info.py")
-gpu_info_action = _load("gpuprov_gpu_info_action", REPO / "plugins" / "action" / "gpu_info.py")
+import gpu_info  # noqa: E402  # plugins/modules is on pytest's pythonpath
+import gpu_info_action  # noqa: E402  # registered by conftest.py (its file name clashes)
 
 K40M_SMI_R470 = "0, 00000000:3B:00.0, 0x102310DE, Tesla K40m, 11441 MiB, 470.256.02\n"
 A100_SMI = "0, 00000000:07:00.0, 0x20B010DE, NVIDIA A100-SXM4-40GB, 40960 MiB, 550.163.01, 8.0\n"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,13 +14,9 @@ MODULE_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "jso
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuprov_json_merge", MODULE_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    import json_merge  # plugins/modules is on pytest's pythonpath
+
+    return json_merge
 
 
 json_merge = _load()

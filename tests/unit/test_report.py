@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
-report = importlib.import_module("report")
+report = importlib.import_module("report")  # scripts/ is on pytest's pythonpath
 
 PLAN = {
     "host": "gpu1",

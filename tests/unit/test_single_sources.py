@@ -39,18 +39,10 @@ def test_debian_packages_match_the_archive_facts() -> None:
 
 
 def test_filter_refuses_an_unknown_os_family() -> None:
-    import importlib.util
-
+    import gpu_compat as plugin  # plugins/filter is on pytest's pythonpath
     import pytest
     from ansible.errors import AnsibleFilterError
 
-    spec = importlib.util.spec_from_file_location(
-        "gpu_compat_filter_ss", ROOT / "plugins" / "filter" / "gpu_compat.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    plugin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plugin)
     assert plugin.gpu_compat_os_packages("Debian") == compat.debian_packages()
     with pytest.raises(AnsibleFilterError, match="'RedHat'"):
         plugin.gpu_compat_os_packages("RedHat")

@@ -1,7 +1,7 @@
 """The smoke scripts judge kernel coverage with gpuprov's own compat.rules, copied to the host.
 
 The hosts have no compat package, so the gpu_smoke role (and scripts/fabfile.py) copy the
-stdlib-only modules smokelib.COMPAT_MODULES next to the scripts; no second copy of the
+stdlib-only modules compat.HOST_MODULES next to the scripts; no second copy of the
 sm/compute rule lives in the scripts. These tests check that the copies are exactly the
 modules the host needs, that they import in a clean interpreter (-S -I: no site-packages,
 so no PyYAML, no packaging) with only the copied directory on sys.path, and that
@@ -23,6 +23,8 @@ from pathlib import Path
 import yaml
 from fatbin_builders import write_torch
 
+from compat import HOST_MODULES
+
 ROOT = Path(__file__).resolve().parents[2]
 from smoke_modules import SMOKE, smoke  # noqa: E402
 
@@ -31,7 +33,7 @@ sl = smoke("smokelib")
 
 def _copy_compat(dest: Path) -> Path:
     (dest / "compat").mkdir(parents=True)
-    for name in sl.COMPAT_MODULES:
+    for name in HOST_MODULES:
         shutil.copy(ROOT / "compat" / name, dest / "compat" / name)
     return dest
 
@@ -63,15 +65,19 @@ def test_the_role_and_the_fabfile_copy_exactly_these_modules() -> None:
         for t in tasks
         if "compat/{{ item }}" in str(t.get("ansible.builtin.copy", {}).get("src", ""))
     ]
-    assert copies == [list(sl.COMPAT_MODULES)]
-    if str(ROOT / "scripts") not in sys.path:
-        sys.path.insert(0, str(ROOT / "scripts"))
-    assert importlib.import_module("fabfile").COMPAT_MODULES == sl.COMPAT_MODULES
+    # The role holds no list of its own: it asks compat (one source).
+    assert copies == ["{{ 'smoke' | gpu_compat_host_modules }}"]
+    import gpu_compat
+
+    assert gpu_compat.gpu_compat_host_modules() == list(HOST_MODULES)
+    assert not hasattr(sl, "COMPAT_MODULES")
+    # scripts/fabfile.py (another owner) still keeps a copy; held equal here.
+    assert importlib.import_module("fabfile").COMPAT_MODULES == HOST_MODULES
 
 
 def test_the_copied_modules_need_only_the_stdlib_and_each_other() -> None:
-    copied = {"compat" if n == "__init__.py" else f"compat.{n[:-3]}" for n in sl.COMPAT_MODULES}
-    for name in sl.COMPAT_MODULES:
+    copied = {"compat" if n == "__init__.py" else f"compat.{n[:-3]}" for n in HOST_MODULES}
+    for name in HOST_MODULES:
         for mod in _module_level_imports(ROOT / "compat" / name):
             top = mod.split(".")[0]
             assert top in sys.stdlib_module_names or mod in copied, (name, mod)

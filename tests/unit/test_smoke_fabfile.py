@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import importlib
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
-fab = importlib.import_module("fabfile")
+fab = importlib.import_module("fabfile")  # scripts/ is on pytest's pythonpath
 
 INVENTORY = {
     "all": {
