@@ -48,6 +48,18 @@ DEFAULT_SPECS = ("2.14.1", "2.13.0+cpu")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
 
 
+def _run_pip_download(cmd: list[str], what: str, dest: Path, pattern: str, kind: str) -> Path:
+    """Run a `pip download` command and return the one wheel matching `pattern` it left in dest."""
+    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip download {what} failed:\n{proc.stderr[-2000:]}")
+    wheels = sorted(dest.glob(pattern))
+    if len(wheels) != 1:
+        raise RuntimeError(f"pip download {what} left {len(wheels)} {kind}")
+    return wheels[0]
+
+
 def _requirement(spec: str) -> str:
     return spec if spec.startswith("torch") else f"torch=={spec}"
 
@@ -80,14 +92,7 @@ def download(
         cmd += ["--index-url", index_url]
     elif pytorch_index and "+" in version:
         cmd += ["--index-url", PYTORCH_INDEX.format(variant=version.split("+", 1)[1])]
-    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip download {requirement} failed:\n{proc.stderr[-2000:]}")
-    wheels = sorted(dest.glob("torch-*.whl"))
-    if len(wheels) != 1:
-        raise RuntimeError(f"pip download {requirement} left {len(wheels)} torch wheels")
-    return wheels[0]
+    return _run_pip_download(cmd, requirement, dest, "torch-*.whl", "torch wheels")
 
 
 # ---------------------------------------------------------------- the matrix
@@ -170,14 +175,7 @@ def download_library(spec: str, dest: Path, index_url: str | None) -> Path:
         cmd += ["--platform", platform]
     if index_url:
         cmd += ["--index-url", index_url]
-    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip download {spec} failed:\n{proc.stderr[-2000:]}")
-    wheels = sorted(dest.glob("*.whl"))
-    if len(wheels) != 1:
-        raise RuntimeError(f"pip download {spec} left {len(wheels)} wheels")
-    return wheels[0]
+    return _run_pip_download(cmd, spec, dest, "*.whl", "wheels")
 
 
 def library_rows(libs: list[CudaLibrary]) -> list[dict[str, Any]]:
