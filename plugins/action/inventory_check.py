@@ -131,6 +131,21 @@ def show(value: Any) -> str:
         return repr(value)
 
 
+def kind_of(value: Any) -> str:
+    """The YAML kind of a value (Ansible wraps values in tagged subclasses of these)."""
+    for kind, types in (
+        ("bool", bool),
+        ("int", int),
+        ("float", float),
+        ("str", str),
+        ("dict", Mapping),
+        ("list", list | tuple),
+    ):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
 def _is_int(value: Any) -> bool:
     return (isinstance(value, int) and not isinstance(value, bool)) or (
         isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value) is not None
@@ -157,7 +172,7 @@ def check_value(spec: Spec, value: Any) -> str | None:
         return None if spec.nullable else f"allowed: {ALLOWED_TYPE.get(spec.type, spec.type)}"
     if not _type_ok(spec.type, value):
         null = " or null" if spec.nullable else ""
-        return f"{type(value).__name__}; allowed: {ALLOWED_TYPE.get(spec.type, spec.type)}{null}"
+        return f"{kind_of(value)}; allowed: {ALLOWED_TYPE.get(spec.type, spec.type)}{null}"
     rules = spec.rules
     if spec.type == "list":
         items = list(value)

@@ -160,3 +160,11 @@ def test_extra_types_still_work() -> None:
     assert check.check_host("h", {"my_site_flag": "true", "my_count": None}, table, [], None) == [
         'h: my_site_flag = "true": str; allowed: a YAML boolean (true or false, unquoted).'
     ]
+
+
+def test_kind_names_the_yaml_kind_of_ansible_wrapped_values() -> None:
+    class _TaggedStr(str):  # what Ansible 2.19 hands a plugin for an inventory string
+        __slots__ = ()
+
+    lines = check.check_host("h", {"docker_wait_retries": _TaggedStr("x")}, TABLE, REMOVED, None)
+    assert lines == ['h: docker_wait_retries = "x": str; allowed: an integer.']
