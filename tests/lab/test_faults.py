@@ -4,7 +4,8 @@ Every case breaks something for real on the lab's GPU host (a Debian 12 containe
 playbooks the fault hits, and then re-runs them after the fault is gone. Nothing is mocked:
 the host is `docker kill`-ed while dpkg runs (found by polling `docker exec ... pgrep`), the
 lab's mirror container (the stand-in for NVIDIA's toolkit repository) is cut off the lab
-network, dockerd is stopped with systemctl, daemon.json is overwritten with invalid JSON.
+network, dockerd is stopped with systemctl, daemon.json is overwritten with invalid JSON,
+sshd is restarted and the controller's session processes are killed by PID.
 
 Cases reuse the host: each resets only what it needs (packages removed with `apt-get remove`,
 their .debs kept in apt's cache so the re-run does not download them again) instead of
@@ -430,6 +431,34 @@ def test_invalid_daemon_json_is_refused_and_left_alone(
         "ok once its owner fixed it (file untouched by the failed run)",
         capsys,
     )
+
+
+def test_ssh_connection_dropped_mid_task(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    host, reports = faulty
+    container = _container(lab, host)
+    _reset_toolkit(lab, host, True)
+    proc = _start(lab, TOOLKIT, host, reports)
+    landed = _when_running(container, proc, r"apt-get|/usr/bin/dpkg ")
+    if landed:
+        # sshd restarted, and the controller's sessions (the children of sshd) killed by PID
+        _docker(
+            "exec",
+            container,
+            "sh",
+            "-c",
+            "systemctl restart ssh; for p in $(pgrep -f '^sshd: root@'); do kill -9 $p; done",
+        )
+    out, _ = proc.communicate(timeout=600)
+    assert landed, out[-3000:]
+    assert host in out
+    first = f"rc={proc.returncode}: {_first_error(out)}"
+    # apt may have been cut mid-transaction too; the re-run repairs whatever is left
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _assert_nothing_lost(lab, host)
+    _row("SSH dropped mid-task (sshd restarted, sessions killed)", first, "ok", capsys)
 
 
 def test_zz_print_the_fault_table(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
