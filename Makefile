@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help venv deps lint unit test test-lab lab lab-up lab-down lab-status site report check \
         syntax \
-        bench bench-site readme-table
+        bench bench-site readme-table test-faults
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -40,8 +40,11 @@ syntax: deps  ## --syntax-check every playbook against the example inventory
 unit: venv  ## fast tests (no Docker), with branch coverage of the compat package
 	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov=compat --cov-report=term-missing
 
-test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow)
-	$(BIN)/pytest tests/lab -m lab -p no:randomly
+test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow; not the faults)
+	$(BIN)/pytest tests/lab -m "lab and not faults" -p no:randomly
+
+test-faults: deps  ## fault-injection cases on a lab host (kill, mirror cut, disk full, ssh drop)
+	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
 test: lint syntax unit test-lab  ## everything CI runs (the README's test command)
 

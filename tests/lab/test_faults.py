@@ -1,0 +1,471 @@
+"""Fault injection on a lab host: each fault, the first run's result, and a re-run that converges.
+
+Every case breaks something for real on the lab's GPU host (a Debian 12 container), runs the
+playbooks the fault hits, and then re-runs them after the fault is gone. Nothing is mocked:
+the host is `docker kill`-ed while dpkg runs (found by polling `docker exec ... pgrep`), the
+lab's mirror container (the stand-in for NVIDIA's toolkit repository) is cut off the lab
+network, dockerd is stopped with systemctl, daemon.json is overwritten with invalid JSON,
+sshd is restarted and the controller's session processes are killed by PID.
+
+Cases reuse the host: each resets only what it needs (packages removed with `apt-get remove`,
+their .debs kept in apt's cache so the re-run does not download them again) instead of
+recreating the container. Before the first case the host gets things a user owns, which
+every re-run must keep: a key of its own in /etc/docker/daemon.json, a package on hold, and a
+running container (`keeper`, restart policy unless-stopped).
+
+The table (fault, first run, re-run) is printed at the end of the module. The cases are
+marked `faults` and run by `make test-faults`, not by CI's `make test-lab`: on the shared
+2-core machine they took 4-8 min each (the toolkit play alone ~2 min).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+Lab = Any  # tests/lab/conftest.py's Lab
+
+pytestmark = pytest.mark.faults
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+DRIVER = ("playbooks/plan.yml", "playbooks/driver.yml")
+DOCKER = ("playbooks/docker.yml",)
+TOOLKIT = ("playbooks/toolkit.yml",)
+USER_HOLD = "openssh-server"
+USER_KEY = {"labels": ["owner=someone-else"]}
+TOOLKIT_PKGS = (
+    "nvidia-container-toolkit nvidia-container-toolkit-base "
+    "libnvidia-container-tools libnvidia-container1"
+)
+ROWS: list[tuple[str, str, str]] = []
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def _host(lab: Lab) -> str:
+    return next(h for h, v in sorted(lab.hosts.items()) if v.get("lab_profile") == "k40m")
+
+
+def _container(lab: Lab, host: str) -> str:
+    return str(lab.hosts[host]["lab_container"])
+
+
+def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    docker = shutil.which("docker") or "docker"
+    return subprocess.run([docker, *args], capture_output=True, text=True, check=check)
+
+
+def _sh(lab: Lab, host: str, cmd: str, check: bool = True) -> str:
+    return str(lab.ssh(host, cmd, check=check).stdout)
+
+
+def _wait_ssh(lab: Lab, host: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(subprocess.SubprocessError):
+            if (
+                lab.ssh(
+                    host,
+                    "systemctl is-system-running --wait >/dev/null; true",
+                    check=False,
+                    timeout=60,
+                ).returncode
+                == 0
+            ):
+                return
+        time.sleep(2)
+    raise AssertionError(f"{host}: no SSH {timeout}s after the restart")
+
+
+def _env(lab: Lab) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(REPO / ".lab" / lab.name / "facts"))
+    env.pop("ANSIBLE_STDOUT_CALLBACK", None)
+    return env
+
+
+def _argv(lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path) -> list[str]:
+    exe = VENV_BIN / "ansible-playbook"
+    return [
+        str(exe) if exe.exists() else "ansible-playbook",
+        "-i",
+        str(lab.inventory),
+        "--limit",
+        host,
+        *playbooks,
+        "-e",
+        f"gpuprov_report_dir={report_dir}",
+    ]
+
+
+def _play(
+    lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _argv(lab, playbooks, host, report_dir),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(lab),
+        timeout=1800,
+        check=False,
+    )
+
+
+def _start(
+    lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        _argv(lab, playbooks, host, report_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env=_env(lab),
+    )
+
+
+def _when_running(
+    container: str, proc: subprocess.Popen[str], pattern: str, timeout: float = 900
+) -> bool:
+    """Poll the host (docker exec, 0.3 s) until a process matching `pattern` runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = _docker("exec", container, "pgrep", "-f", pattern, check=False)
+        if found.returncode == 0:
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def _first_error(output: str) -> str:
+    """The message of the failure that ended the run (a rescued task's error comes first,
+    the rescue's own message last), shortened for the table."""
+    for marker in ("fatal: [", "UNREACHABLE!", "[ERROR]:"):
+        at = output.rfind(marker)
+        if at >= 0:
+            text = output[at:].split("\n", 1)[0]
+            if '"msg": "' in text:
+                text = text.split('"msg": "', 1)[1].split('"', 1)[0]
+            return text[:260]
+    return "no error"
+
+
+def _verdict(proc: subprocess.CompletedProcess[str]) -> str:
+    if proc.returncode == 0:
+        return "ok (rc=0)"
+    return f"failed (rc={proc.returncode}): {_first_error(proc.stdout + proc.stderr)}"
+
+
+def _row(fault: str, first: str, rerun: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ROWS.append((fault, first, rerun))
+    with capsys.disabled():
+        print(f"\n[faults] {fault}\n  first run: {first}\n  re-run:    {rerun}", flush=True)
+
+
+def _assert_nothing_lost(lab: Lab, host: str) -> None:
+    daemon = json.loads(_sh(lab, host, "cat /etc/docker/daemon.json"))
+    assert daemon.get("labels") == USER_KEY["labels"], daemon
+    assert "nvidia" in daemon.get("runtimes", {}), daemon
+    holds = _sh(lab, host, "apt-mark showhold").split()
+    assert USER_HOLD in holds, holds
+    assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
+    running = _sh(lab, host, "docker ps --filter name=keeper --format '{{.Status}}'")
+    assert running.startswith("Up"), running
+
+
+# ---------------------------------------------------------------------------
+# the converged host with the user's things on it
+
+
+@pytest.fixture(scope="module")
+def faulty(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    host = _host(lab)
+    reports = tmp_path_factory.mktemp("fault-reports")
+    proc = _play(lab, (*DOCKER, *TOOLKIT), host, reports)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    # The user's things: a daemon.json key, a held package, a running container.
+    _sh(
+        lab,
+        host,
+        f"""
+        set -e
+        python3 - <<'EOF'
+import json
+p = '/etc/docker/daemon.json'
+d = json.load(open(p))
+d.update({json.dumps(USER_KEY)})
+json.dump(d, open(p, 'w'), indent=2)
+EOF
+        systemctl restart docker
+        apt-mark hold {USER_HOLD}
+        if ! docker image inspect gpuprov-lab/keeper >/dev/null 2>&1; then
+          tar -chC / usr/bin/sleep lib/x86_64-linux-gnu/libc.so.6 lib64/ld-linux-x86-64.so.2 \
+            | docker import - gpuprov-lab/keeper >/dev/null
+        fi
+        docker rm -f keeper >/dev/null 2>&1 || true
+        docker run -d --name keeper --restart unless-stopped gpuprov-lab/keeper \
+          /usr/bin/sleep infinity
+    """,
+    )
+    _assert_nothing_lost(lab, host)
+    yield host, reports
+    _sh(lab, host, f"docker rm -f keeper; apt-mark unhold {USER_HOLD}", check=False)
+
+
+# ---------------------------------------------------------------------------
+# host killed during a package transaction
+
+
+def _kill_during_dpkg(
+    lab: Lab, host: str, reports: Path, playbooks: tuple[str, ...], reset: str
+) -> tuple[str, str]:
+    container = _container(lab, host)
+    _sh(lab, host, reset)
+    proc = _start(lab, playbooks, host, reports)
+    landed = _when_running(container, proc, r"^/usr/bin/dpkg ")
+    if landed:
+        _docker("kill", container)
+    out, _ = proc.communicate(timeout=600)
+    assert landed, f"dpkg never ran:\n{out[-3000:]}"
+    _docker("start", container)
+    _wait_ssh(lab, host)
+    state = _sh(
+        lab,
+        host,
+        "dpkg --audit | head -3; ls /var/lib/dpkg/updates | grep -c '^[0-9]' || true",
+        check=False,
+    )
+    after = " ".join(state.split())[:160]
+    first = f"rc={proc.returncode}, host killed while dpkg ran; dpkg then: {after}"
+    return first, out
+
+
+def test_host_killed_during_the_driver_transaction(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    host, reports = faulty
+    pkgs = (
+        "nvidia-tesla-470-smi libnvidia-tesla-470-ml1 libnvidia-tesla-470-cuda1 "
+        "libnvidia-tesla-470-cfg1"
+    )
+    first, _ = _kill_during_dpkg(
+        lab,
+        host,
+        reports,
+        DRIVER,
+        f"apt-mark unhold {pkgs} >/dev/null; "
+        f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq {pkgs} >/dev/null",
+    )
+    rerun = _play(lab, DRIVER, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert "dpkg was interrupted" in rerun.stdout + rerun.stderr
+    holds = _sh(lab, host, "apt-mark showhold").split()
+    assert set(pkgs.split()) <= set(holds), holds
+    _assert_nothing_lost(lab, host)
+    _row(
+        "host killed during the driver's dpkg transaction",
+        first,
+        "ok: apt_ready repaired dpkg (warning printed), driver packages held",
+        capsys,
+    )
+
+
+# ---------------------------------------------------------------------------
+# the mirror (stand-in for NVIDIA's toolkit repository) cut off
+
+
+def _mirror_address(name: str, net: str) -> str:
+    info = json.loads(_docker("inspect", name).stdout)[0]
+    return str((info["NetworkSettings"]["Networks"].get(net) or {}).get("IPAddress", ""))
+
+
+@contextlib.contextmanager
+def _mirror_cut(lab: Lab) -> Iterator[None]:
+    """Disconnect the mirror from the lab network (its address is gone: "No route to host")."""
+    name, net = f"{lab.name}-mirror", f"{lab.name}-net"
+    address = _mirror_address(name, net)
+    _docker("network", "disconnect", net, name)
+    try:
+        yield
+    finally:
+        # Docker hands the lowest free address back; the lab's networks have no user-set
+        # subnet, so `--ip` is refused. If another address comes back, `lab.py up` rewrites
+        # the inventory's mirror URL (and the toolkit role the host's source).
+        _docker("network", "connect", "--alias", "mirror", net, name)
+        if _mirror_address(name, net) != address:
+            lab.lab_py(
+                "--inventory",
+                str(lab.inventory),
+                "up",
+                "--hosts",
+                os.environ.get("GPUPROV_LAB_HOSTS", "default"),
+            )
+
+
+def _reset_toolkit(lab: Lab, host: str, keep_source: bool) -> None:
+    drop = (
+        ""
+        if keep_source
+        else (
+            "rm -f /etc/apt/sources.list.d/nvidia-container-toolkit.sources "
+            "/etc/apt/keyrings/nvidia-container-toolkit.*; "
+        )
+    )
+    _sh(
+        lab,
+        host,
+        f"apt-mark unhold {TOOLKIT_PKGS} >/dev/null; "
+        f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq {TOOLKIT_PKGS} >/dev/null; {drop}"
+        "rm -f /var/lib/gpuprov/apt-lists.json",
+    )
+
+
+def _mirror_case(
+    lab: Lab,
+    faulty: tuple[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    fault: str,
+    keep_source: bool,
+    expect: tuple[str, ...],
+) -> None:
+    host, reports = faulty
+    _reset_toolkit(lab, host, keep_source)
+    with _mirror_cut(lab):
+        first = _play(lab, TOOLKIT, host, reports)
+    assert first.returncode != 0
+    text = first.stdout + first.stderr
+    for word in expect:
+        assert word in text, (word, _first_error(text))
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _assert_nothing_lost(lab, host)
+    _row(fault, _verdict(first), "ok: lists refreshed, toolkit installed", capsys)
+
+
+def test_mirror_cut_before_the_key_download(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _mirror_case(
+        lab,
+        faulty,
+        capsys,
+        "mirror cut before the key download",
+        False,
+        ("nvidia_container_toolkit_apt_gpg_key_url", "/gpgkey", "proxy", "CA"),
+    )
+
+
+def test_mirror_cut_at_apt_update(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _mirror_case(
+        lab,
+        faulty,
+        capsys,
+        "mirror cut at apt update (key and source in place)",
+        True,
+        ("set by nvidia_container_toolkit_apt_repo_url", "not marked fresh"),
+    )
+
+
+# ---------------------------------------------------------------------------
+# dockerd stopped, invalid daemon.json
+
+
+def test_dockerd_stopped_before_the_toolkit_role(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    host, reports = faulty
+    _sh(lab, host, "systemctl stop docker.socket docker.service")
+    first = _play(lab, TOOLKIT, host, reports)
+    rerun = _play(lab, (*DOCKER, *TOOLKIT), host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _assert_nothing_lost(lab, host)
+    _row(
+        "dockerd stopped by hand before the toolkit role",
+        _verdict(first),
+        "ok: docker.yml + toolkit.yml (docker role starts it, keeper back up)",
+        capsys,
+    )
+
+
+def test_invalid_daemon_json_is_refused_and_left_alone(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    host, reports = faulty
+    good = _sh(lab, host, "cat /etc/docker/daemon.json")
+    _sh(
+        lab,
+        host,
+        "cp /etc/docker/daemon.json /root/daemon.json.good; "
+        'printf \'{"labels": ["owner=someone-else"],,}\' > /etc/docker/daemon.json',
+    )
+    broken = _sh(lab, host, "sha256sum /etc/docker/daemon.json")
+    first = _play(lab, TOOLKIT, host, reports)
+    assert first.returncode != 0
+    assert "/etc/docker/daemon.json" in _first_error(first.stdout)
+    assert _sh(lab, host, "sha256sum /etc/docker/daemon.json") == broken
+    _sh(lab, host, "cp /root/daemon.json.good /etc/docker/daemon.json")  # the owner fixes it
+    assert _sh(lab, host, "cat /etc/docker/daemon.json") == good
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _assert_nothing_lost(lab, host)
+    _row(
+        "daemon.json with invalid JSON left by someone else",
+        _verdict(first),
+        "ok once its owner fixed it (file untouched by the failed run)",
+        capsys,
+    )
+
+
+def test_ssh_connection_dropped_mid_task(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    host, reports = faulty
+    container = _container(lab, host)
+    _reset_toolkit(lab, host, True)
+    proc = _start(lab, TOOLKIT, host, reports)
+    landed = _when_running(container, proc, r"apt-get|/usr/bin/dpkg ")
+    if landed:
+        # sshd restarted, and the controller's sessions (the children of sshd) killed by PID
+        _docker(
+            "exec",
+            container,
+            "sh",
+            "-c",
+            "systemctl restart ssh; for p in $(pgrep -f '^sshd: root@'); do kill -9 $p; done",
+        )
+    out, _ = proc.communicate(timeout=600)
+    assert landed, out[-3000:]
+    assert host in out
+    first = f"rc={proc.returncode}: {_first_error(out)}"
+    # apt may have been cut mid-transaction too; the re-run repairs whatever is left
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _assert_nothing_lost(lab, host)
+    _row("SSH dropped mid-task (sshd restarted, sessions killed)", first, "ok", capsys)
+
+
+def test_zz_print_the_fault_table(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    """Last in the module: the table of the cases that ran (lab-marked through `lab`)."""
+    assert ROWS, "no fault case ran"
+    with capsys.disabled():
+        print("\n\nfault | first run | re-run\n--- | --- | ---")
+        for fault, first, rerun in ROWS:
+            print(f"{fault} | {first} | {rerun}")
+        print(flush=True)
