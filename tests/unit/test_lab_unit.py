@@ -499,3 +499,18 @@ def test_image_build_progress_names_the_latest_debootstrap_step() -> None:
     text = "I: Retrieving InRelease \nW: x\nI: Configuring systemd...\nsome output\n"
     assert images.last_step(text) == "Configuring systemd..."
     assert images.last_step("no steps yet\n") == ""
+
+
+def test_a_missing_tool_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing(*_args: Any) -> int:
+        raise FileNotFoundError(2, "No such file or directory", "dpkg-scanpackages")
+
+    monkeypatch.setattr(cli, "cmd_down", missing)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--lab", "unit", "down"])
+    assert exc.value.code == 1
+    assert capsys.readouterr().err == (
+        "lab.py: dpkg-scanpackages: not found; `make prereqs` installs the lab's tools\n"
+    )
