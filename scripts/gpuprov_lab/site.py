@@ -43,7 +43,9 @@ class SiteProgress:
         elif line.startswith("PLAY RECAP"):
             self.in_recap = True
             out.append("recap:")
-        elif self.in_recap and line.strip():
+        elif self.in_recap and not line.strip():
+            self.in_recap = False  # the host lines end; a task timing table may follow
+        elif self.in_recap:
             out.append("  " + re.sub(r"\s+", " ", line.strip()))
         elif line.startswith(("fatal:", "failed:")) or line.startswith("ERROR!"):
             self.in_failure = 20

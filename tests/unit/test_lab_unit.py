@@ -482,6 +482,9 @@ def test_site_progress_prints_plays_slow_tasks_failures_and_the_recap() -> None:
         "",
         "PLAY RECAP ****",  # 41.0
         "h1   : ok=3    changed=1    unreachable=0    failed=1",
+        "",
+        "TASKS RECAP ****",
+        "docker : setup-Debian | Install Docker Engine ---- 254.34s",
     ]
     out = [msg for line in lines for msg in progress.feed(line + "\n")]
     assert out == [
