@@ -3,21 +3,34 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-INV ?= inventories/lab/hosts.yml
 LAB ?= gpuprov
+# The lab's inventory: inventories/lab/hosts.yml for the default lab, .lab/NAME/hosts.yml else.
+INV ?= $(if $(filter gpuprov,$(LAB)),inventories/lab/hosts.yml,.lab/$(LAB)/hosts.yml)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# The venv's tools first (ansible-lint warns when it has to add its own bin/ to PATH).
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv deps lint unit test test-lab lab lab-up lab-down lab-status site report check \
-        syntax \
+.PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
+        lab-status site report check syntax \
         bench bench-site readme-table test-faults
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
+prereqs:  ## install (Debian, root) and start what the lab needs: Docker engine, debootstrap, ...
+	scripts/prereqs.sh lab
+
+prereqs-test:  ## the same for `make test`, plus the linters' system tools (shellcheck)
+	scripts/prereqs.sh test
+
+# The editable install of gpuprov itself with Python warnings off: setuptools' build backend
+# otherwise prints an informational "BuildBackendWarning: Editable installation" box.
 $(BIN)/.stamp: requirements-dev.txt pyproject.toml
+	scripts/prereqs.sh venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt -e .
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 venv: $(BIN)/.stamp  ## create the virtualenv with pinned tooling and the compat package
@@ -33,8 +46,10 @@ lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellch
 	$(BIN)/mypy  # once: compat, scripts (smoke, lab), plugins (pyproject.toml [tool.mypy])
 	shellcheck .ci/run scripts/*.sh scripts/lab/*.sh
 
+# The example fleet has no cpu_nodes group: a syntax check needs no host to match.
 syntax: deps  ## --syntax-check every playbook against the example inventory
 	for p in playbooks/*.yml; do \
+	  ANSIBLE_HOST_PATTERN_MISMATCH=ignore \
 	  $(BIN)/ansible-playbook --syntax-check -i inventories/example/hosts.yml $$p || exit 1; done
 
 unit: venv  ## fast tests (no Docker), with branch coverage of the compat package
@@ -46,18 +61,26 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## fault-injection cases on a lab host (kill, mirror cut, disk full, ssh drop)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-test: lint syntax unit test-lab  ## everything CI runs (the README's test command)
+test: prereqs-test lint syntax unit test-lab  ## everything CI runs (the README's test command)
 
-lab-up: deps  ## bring the built-in lab up (Debian 12/13 hosts with simulated GPUs)
+lab-up: prereqs deps  ## bring the built-in lab up (Debian 12/13 hosts with simulated GPUs)
 	$(BIN)/python scripts/lab.py --lab $(LAB) up
+
+lab-site: deps  ## site.yml on the lab: one line per play, full log in .lab/LAB/site.log
+	$(BIN)/python scripts/lab.py --lab $(LAB) site
 
 site: deps  ## provision the lab (or INV=...) with playbooks/site.yml
 	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml
 
-report: venv  ## print the fleet report from reports/
-	$(BIN)/python scripts/report.py --reports reports
+report: venv  ## print the fleet report of INV's hosts from reports/
+	$(BIN)/python scripts/report.py --reports reports --inventory $(INV)
 
-lab: lab-up site report  ## the main job: lab up + site.yml + fleet report
+# The report also after a failed site.yml (it says which host failed and why); the exit
+# status is site.yml's when that failed, else the report's.
+lab: prereqs lab-up  ## the main job: prerequisites, lab up, site.yml, fleet report
+	rc=0; $(BIN)/python scripts/lab.py --lab $(LAB) site || rc=$$?; \
+	$(BIN)/python scripts/report.py --reports reports --inventory $(INV) || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
+	exit $$rc
 
 lab-down: venv  ## tear the lab down
 	$(BIN)/python scripts/lab.py --lab $(LAB) down

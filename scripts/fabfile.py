@@ -11,7 +11,8 @@ smoke   copy scripts/smoke/ to the hosts and run run_all.py; one line per host a
 plan    show the plan of each host from reports/plan/<host>.json (playbooks/plan.yml).
 
 Hosts come from the inventory's ansible_host, ansible_port, ansible_user and
-ansible_ssh_private_key_file (group vars included). A host that is down gets a clear
+ansible_ssh_private_key_file, read with Ansible's inventory API (group_vars/ and
+host_vars/ included; a vault needs ANSIBLE_VAULT_PASSWORD_FILE). A host that is down gets a clear
 per-host error, and the others still answer.
 
 Exit codes: 0 every host answered, 1 some host failed or is down, 2 usage error.
@@ -22,12 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gpuprov_lab import ansible_inventory
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE_DIR = REPO / "scripts" / "smoke"
@@ -55,26 +56,14 @@ class Host:
     ssh_common_args: str
 
 
-def _walk(
-    group: Mapping[str, Any], inherited: Mapping[str, Any], out: dict[str, dict[str, Any]]
-) -> None:
-    gvars = {**inherited, **dict(group.get("vars") or {})}
-    for name, hv in dict(group.get("hosts") or {}).items():
-        merged = {**out.get(name, {}), **gvars, **dict(hv or {})}
-        out[name] = merged
-    for child in dict(group.get("children") or {}).values():
-        _walk(child or {}, gvars, out)
-
-
 def load_inventory(path: Path) -> list[Host]:
-    """Hosts of an Ansible YAML inventory (static values only; Jinja is not evaluated)."""
+    """Hosts of an Ansible inventory, read with Ansible's own inventory API: group_vars/
+    and host_vars/ next to it apply, as for ansible-playbook (the connection variables
+    rendered with the host's variables)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read inventory {path}: {exc}") from exc
-    merged: dict[str, dict[str, Any]] = {}
-    for top in data.values():
-        _walk(top or {}, {}, merged)
+        merged = ansible_inventory.load(path)
+    except ansible_inventory.InventoryError as exc:
+        raise UsageError(str(exc)) from exc
     hosts = []
     for name, hv in merged.items():
         hosts.append(

@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
 """Fleet report: per host, the GPUs, the plan, what is installed and each smoke verdict.
 
-    scripts/report.py [--reports DIR] [--html] [--quiet]
+    scripts/report.py [--reports DIR] [--inventory INVENTORY] [--html] [--quiet]
 
 Reads what the playbooks wrote on the controller:
   <DIR>/plan/<host>.json   playbooks/plan.yml  ({host, gpu_info, plan})
-  <DIR>/smoke/<host>.json  playbooks/smoke.yml ({host, ok, required, not_passed, layers})
+  <DIR>/smoke/<host>.json  playbooks/smoke.yml ({host, ok, required, not_passed, layers,
+                           driver, torch_expected})
 and writes <DIR>/fleet.json, <DIR>/fleet.md (and <DIR>/fleet.html with --html), then
-prints a summary table.
+prints a summary: a headline (hosts that passed their required layers, and the ones that
+did not with why), the required layers, a table, notes and warnings.
+
+With --inventory only the hosts of that inventory count (read with Ansible's inventory
+API); report files of other hosts (earlier labs, removed hosts) are ignored and named
+in one line, never shown as current.
+
+A hint is shown only when it is a `gpu-compat` command that runs: each hint is run
+through the CLI in-process (`explain` must recognise its text).
 
 Exit codes: 0 every host with verdicts passed its required layers, 1 some host did not
 (or has no verdicts), 2 usage error or no reports at all.
@@ -16,8 +25,13 @@ Exit codes: 0 every host with verdicts passed its required layers, 1 some host d
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import html
+import io
 import json
+import re
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = ("L0", "L1", "L2", "L3", "PERF", "L4", "L5")
 SHORT = {"pass": "pass", "pass (cpu)": "cpu", "fail": "FAIL", "skipped": "skip"}
+NO_KERNEL_MODULE = "userspace only: no kernel module"
 
 
 class ReportError(Exception):
@@ -66,6 +81,89 @@ def installed_torch(layers: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def upstream_version(debian_version: str) -> str:
+    """'470.256.02' from a Debian package version such as '1:470.256.02-1~deb12u1'."""
+    return re.sub(r"^\d+:", "", debian_version).rsplit("-", 1)[0]
+
+
+def installed_driver(running: str | None, smoke_driver: Mapping[str, Any] | None) -> str | None:
+    """What drives the GPUs: the running driver's version (NVML/nvidia-smi answered), else
+    the installed NVIDIA package's version, marked when no kernel module is loaded (the lab:
+    a container has no kernel of its own). None: no driver package and none running."""
+    if running:
+        return str(running)
+    packages: Mapping[str, str] = dict((smoke_driver or {}).get("packages") or {})
+    if not packages:
+        return None
+    # The package that carries nvidia-smi names the branch best; else any NVIDIA package.
+    smi = sorted(n for n in packages if n.endswith("-smi"))
+    name = smi[0] if smi else sorted(packages)[0]
+    version = upstream_version(str(packages[name]))
+    if (smoke_driver or {}).get("kernel_module") is False:
+        return f"{version} ({NO_KERNEL_MODULE})"
+    return version
+
+
+def torch_notes(
+    host: str, planned: str | None, installed: str | None, expected: Mapping[str, Any] | None
+) -> tuple[list[str], list[str]]:
+    """(notes, warnings) about planned vs installed torch.
+
+    A difference is a note when the inventory declares it (gpu_smoke_expected_torch: the
+    version the host is meant to have instead of the plan's, with the reason), else a
+    warning."""
+    if not planned or not installed or planned == installed:
+        return [], []
+    want = str((expected or {}).get("torch") or "")
+    why = str((expected or {}).get("reason") or "").strip()
+    if want and want == installed:
+        note = f"{host}: torch {installed} instead of the plan's {planned}, on purpose"
+        return [note + (f": {why}" if why else "")], []
+    declared = f" (the inventory expects {want})" if want else ""
+    return [], [
+        f"{host}: installed torch {installed} is not the plan's {planned}{declared}; "
+        "re-run site.yml, or declare the intent with gpu_smoke_expected_torch"
+    ]
+
+
+@functools.cache
+def hint_runs(hint: str) -> bool:
+    """Whether a hint may be shown: advice in words is; a `gpu-compat` command is when each
+    of its commands succeeds (for `explain`: the text is a known error message). Run
+    in-process, output discarded."""
+    from compat import cli
+
+    try:
+        lexer = shlex.shlex(hint, posix=True, punctuation_chars=";")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: not paste-able
+        return False
+    commands: list[list[str]] = [[]]
+    for tok in tokens:
+        if tok == ";":
+            commands.append([])
+        else:
+            commands[-1].append(tok)
+    commands = [c for c in commands if c]
+    if not commands:
+        return False
+    if commands[0][0] != "gpu-compat":
+        return True  # advice in words ("run the pytorch role ..."), not a command
+    for argv in commands:
+        if argv[0] != "gpu-compat":
+            return False
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                rc = cli.main(argv[1:])
+        except SystemExit as exc:  # argparse: a usage error in the hint
+            rc = exc.code if isinstance(exc.code, int) else 2
+        if rc != 0:
+            return False
+    return True
+
+
 def host_row(
     host: str, plan_doc: Mapping[str, Any] | None, smoke_doc: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -80,20 +178,31 @@ def host_row(
     verdicts = {str(v.get("layer")): v for v in layers}
     variant = plan.get("variant")
     planned = f"{plan['torch']}+{variant}" if plan.get("torch") and variant else plan.get("torch")
+    torch = installed_torch(layers)
+    notes, warnings = torch_notes(host, planned, torch, (smoke_doc or {}).get("torch_expected"))
+    smoke_driver = (smoke_doc or {}).get("driver")
+
+    def hint(v: Mapping[str, Any]) -> str | None:
+        h = v.get("hint")
+        return str(h) if h and hint_runs(str(h)) else None
+
     return {
         "host": host,
         "gpus": gpu_summary(gpus),
         "gpu_count": len(gpus),
-        "driver": facts.get("driver_version"),
+        "driver": installed_driver(facts.get("driver_version"), smoke_driver),
+        "driver_packages": dict((smoke_driver or {}).get("packages") or {}),
         "planned_driver_branch": (plan.get("driver") or {}).get("branch"),
         "planned_torch": planned,
         "plan_ok": plan.get("ok") if plan_doc else None,
-        "installed_torch": installed_torch(layers),
+        "installed_torch": torch,
+        "notes": notes,
+        "warnings": warnings,
         "layers": {
             name: {
                 "status": verdicts[name].get("status"),
                 "reason": verdicts[name].get("reason"),
-                "hint": verdicts[name].get("hint"),
+                "hint": hint(verdicts[name]),
             }
             for name in LAYERS
             if name in verdicts
@@ -106,34 +215,74 @@ def host_row(
     }
 
 
-def build(reports: Path) -> dict[str, Any]:
+def why_not(row: Mapping[str, Any]) -> str:
+    """Why a host did not pass its required layers, in one short phrase."""
+    if not row["smoked"]:
+        return "no smoke verdicts (playbooks/smoke.yml did not run on it)"
+    parts = [
+        f"{v.get('layer')} {v.get('status')}: {v.get('reason')}" for v in row["not_passed"]
+    ] or ["not ok"]
+    return "; ".join(parts)
+
+
+def build(reports: Path, hosts: Sequence[str] | None = None) -> dict[str, Any]:
+    """The fleet document. `hosts`: the current inventory's hosts (None: every report)."""
     plans = load_dir(reports / "plan")
     smokes = load_dir(reports / "smoke")
-    hosts = sorted(set(plans) | set(smokes))
-    if not hosts:
+    found = set(plans) | set(smokes)
+    current = sorted(found) if hosts is None else sorted(hosts)
+    ignored = sorted(found - set(current))
+    if not current or not (set(current) & found):
+        where = f" for the hosts of the inventory ({', '.join(current)})" if hosts else ""
         raise ReportError(
-            f"no reports under {reports}/plan or {reports}/smoke: run playbooks/plan.yml "
+            f"no reports under {reports}/plan or {reports}/smoke{where}: run playbooks/plan.yml "
             "and playbooks/smoke.yml first"
         )
-    rows = [host_row(h, plans.get(h), smokes.get(h)) for h in hosts]
+    rows = [host_row(h, plans.get(h), smokes.get(h)) for h in current]
+    required: dict[str, list[str]] = {}
+    for r in rows:
+        for layer in r["required"]:
+            required.setdefault(layer, []).append(r["host"])
     return {
         "hosts": rows,
+        "required": {k: required[k] for k in LAYERS if k in required},
         "summary": {
             "hosts": len(rows),
             "ok": sum(1 for r in rows if r["ok"]),
             "failed": [r["host"] for r in rows if r["smoked"] and not r["ok"]],
             "not_smoked": [r["host"] for r in rows if not r["smoked"]],
+            "why": {r["host"]: why_not(r) for r in rows if not r["ok"]},
+            "ignored": ignored,
         },
     }
 
 
+def headline(fleet: Mapping[str, Any]) -> str:
+    s = fleet["summary"]
+    line = f"{s['ok']}/{s['hosts']} hosts passed their required layers"
+    if s["why"]:
+        line += "; did not: " + "; ".join(f"{h} ({why})" for h, why in s["why"].items())
+    return line
+
+
+def required_line(fleet: Mapping[str, Any]) -> str:
+    """'required layers: L0 on every host; L5 on a, b' (skipped never counts as a pass)."""
+    everyone = {r["host"] for r in fleet["hosts"]}
+    parts = [
+        f"{layer} on {'every host' if set(hosts) == everyone else ', '.join(hosts)}"
+        for layer, hosts in fleet["required"].items()
+    ]
+    return "required layers: " + ("; ".join(parts) if parts else "none")
+
+
 def cell(row: Mapping[str, Any], layer: str) -> str:
     v = row["layers"].get(layer)
-    return SHORT.get(str(v["status"]), str(v["status"])) if v else "-"
+    mark = SHORT.get(str(v["status"]), str(v["status"])) if v else "-"
+    return mark + ("*" if layer in row["required"] else "")
 
 
 def table(fleet: Mapping[str, Any]) -> list[list[str]]:
-    head = ["host", "gpus", "driver", "plan torch", "installed torch", *LAYERS, "ok"]
+    head = ["host", "gpus", "driver", "plan torch", "installed torch", "required", *LAYERS, "ok"]
     rows = [head]
     for r in fleet["hosts"]:
         rows.append(
@@ -143,6 +292,7 @@ def table(fleet: Mapping[str, Any]) -> list[list[str]]:
                 str(r["driver"] or "-"),
                 str(r["planned_torch"] or "-"),
                 str(r["installed_torch"] or "-"),
+                ",".join(r["required"]) or "-",
                 *(cell(r, layer) for layer in LAYERS),
                 "yes" if r["ok"] else ("NO" if r["smoked"] else "not smoked"),
             ]
@@ -150,39 +300,61 @@ def table(fleet: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def render_text(rows: Sequence[Sequence[str]]) -> str:
+LEGEND = (
+    "pass = passed, cpu = pass (cpu), skip = skipped (never counts as a pass), - = not run; "
+    "* = required on that host"
+)
+
+
+def problems(fleet: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str | None]]:
+    """(host, verdict, hint) of each required layer that did not pass."""
+    out = []
+    for r in fleet["hosts"]:
+        for v in r["not_passed"]:
+            out.append((r["host"], v, (r["layers"].get(v.get("layer")) or {}).get("hint")))
+    return out
+
+
+def render_text(fleet: Mapping[str, Any]) -> str:
+    rows = table(fleet)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = [headline(fleet), required_line(fleet), ""]
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    body.insert(1, "  ".join("-" * w for w in widths))
+    lines += body
+    lines.append(LEGEND)
+    for r in fleet["hosts"]:
+        lines += [f"note: {n}" for n in r["notes"]]
+        lines += [f"WARNING: {w}" for w in r["warnings"]]
+    for host, v, hint in problems(fleet):
+        lines.append(f"{host} {v.get('layer')} {v.get('status')}: {v.get('reason')}")
+        if hint:
+            lines.append(f"  hint: {hint}")
+    ignored = fleet["summary"]["ignored"]
+    if ignored:
+        lines.append(
+            f"ignored: reports of {len(ignored)} host(s) not in the inventory "
+            f"({', '.join(ignored)})"
+        )
     return "\n".join(lines) + "\n"
 
 
 def render_md(fleet: Mapping[str, Any]) -> str:
     rows = table(fleet)
-    out = ["# Fleet report", ""]
-    s = fleet["summary"]
-    out.append(f"{s['ok']} of {s['hosts']} hosts passed their required smoke layers.")
-    out.append("")
+    out = ["# Fleet report", "", headline(fleet) + ".", "", required_line(fleet) + ".", ""]
     out.append("| " + " | ".join(rows[0]) + " |")
     out.append("|" + "---|" * len(rows[0]))
     out.extend("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:])
-    out.append("")
-    out.append(
-        "pass = passed, cpu = pass (cpu), skip = skipped (never counts as a pass), - = not run"
-    )
-    problems = [(r["host"], v) for r in fleet["hosts"] for v in r["not_passed"]]
-    if problems:
+    out += ["", LEGEND]
+    notes = [n for r in fleet["hosts"] for n in r["notes"]]
+    warnings = [w for r in fleet["hosts"] for w in r["warnings"]]
+    if notes or warnings:
+        out += ["", "## Notes and warnings", ""]
+        out += [f"- {n}" for n in notes] + [f"- **warning**: {w}" for w in warnings]
+    if problems(fleet):
         out += ["", "## Required layers that did not pass", ""]
-        for host, v in problems:
-            hint = next(
-                (
-                    r["layers"].get(v["layer"], {}).get("hint")
-                    for r in fleet["hosts"]
-                    if r["host"] == host
-                ),
-                None,
-            )
-            line = f"- **{host}** {v['layer']} {v['status']}: {v['reason']}"
+        for host, v, hint in problems(fleet):
+            line = f"- **{host}** {v.get('layer')} {v.get('status')}: {v.get('reason')}"
             out.append(line + (f" (hint: `{hint}`)" if hint else ""))
     return "\n".join(out) + "\n"
 
@@ -193,25 +365,41 @@ def render_html(fleet: Mapping[str, Any]) -> str:
     body = ["<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in rows[0]) + "</tr>"]
     for r in rows[1:]:
         tds = "".join(
-            f'<td style="background:{color.get(c, "#fff")}">{html.escape(c)}</td>' for c in r
+            f'<td style="background:{color.get(c.rstrip("*"), "#fff")}">{html.escape(c)}</td>'
+            for c in r
         )
         body.append(f"<tr>{tds}</tr>")
     return (
         "<!doctype html><meta charset=utf-8><title>gpuprov fleet report</title>"
+        f"<p>{html.escape(headline(fleet))}</p><p>{html.escape(required_line(fleet))}</p>"
         '<table border="1" cellpadding="4" style="border-collapse:collapse">'
         + "".join(body)
         + "</table>\n"
     )
 
 
+def inventory_hosts(path: Path) -> list[str]:
+    """The hosts of an Ansible inventory (Ansible's own inventory API)."""
+    from gpuprov_lab.ansible_inventory import InventoryError, load
+
+    try:
+        return sorted(load(path, with_vars=False))
+    except InventoryError as exc:
+        raise ReportError(str(exc)) from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--reports", type=Path, default=REPO / "reports")
+    parser.add_argument(
+        "--inventory", type=Path, help="only the hosts of this inventory (others ignored)"
+    )
     parser.add_argument("--html", action="store_true", help="also write fleet.html")
-    parser.add_argument("--quiet", action="store_true", help="do not print the table")
+    parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args(argv)
     try:
-        fleet = build(args.reports)
+        hosts = inventory_hosts(args.inventory) if args.inventory else None
+        fleet = build(args.reports, hosts)
     except ReportError as exc:
         sys.stderr.write(f"report.py: {exc}\n")
         return 2
@@ -220,9 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.html:
         (args.reports / "fleet.html").write_text(render_html(fleet), encoding="utf-8")
     if not args.quiet:
-        sys.stdout.write(render_text(table(fleet)))
-        s = fleet["summary"]
-        sys.stdout.write(f"\n{s['ok']}/{s['hosts']} hosts ok; reports in {args.reports}\n")
+        sys.stdout.write(render_text(fleet))
+        sys.stdout.write(f"reports in {args.reports} (fleet.md, fleet.json)\n")
     s = fleet["summary"]
     return 0 if not s["failed"] and not s["not_smoked"] else 1
 

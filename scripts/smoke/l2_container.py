@@ -73,6 +73,8 @@ def judge(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = sl.base_parser("L2 container runtime")
     parser.add_argument("--image", default="ubuntu:22.04")
+    # The PCI scan L0 uses (the lab's simulated tree), so L2's reason agrees with L0.
+    parser.add_argument("--sysfs-root", default="/sys")
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -80,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     v: dict[str, Any]
     host = sl.run([smi, "-L"], 60) if smi else None
     if host is None or host.returncode != 0 or not parse_list(host.stdout):
-        reason = sl.NO_DEVICE if not sl.scan_pci("/sys") else "no working NVIDIA driver (see L1)"
+        pci = sl.scan_pci(args.sysfs_root)
+        reason = sl.NO_DEVICE if not pci else "no working NVIDIA driver (see L1)"
         v = sl.verdict("L2", "container", sl.SKIPPED, reason, {}, None, started)
     elif not shutil.which("docker"):
         v = sl.verdict("L2", "container", sl.SKIPPED, "docker CLI not installed", {}, None, started)

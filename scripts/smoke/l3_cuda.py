@@ -16,6 +16,7 @@ Prints one JSON verdict. Exit 0 pass/skipped, 1 fail.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 import time
 import zipfile
@@ -176,10 +177,10 @@ def _gpu_label(g: Mapping[str, Any]) -> str:
 def _measured_hint(gpus: Sequence[Mapping[str, Any]]) -> str:
     """``gpu-compat explain`` of the no-kernel error for these GPUs (it names the builds that
     run on them), then ``gpu-compat resolve`` for the whole stack."""
-    names = sorted({str(g.get("name")).replace("'", "") for g in gpus if g.get("name")})
-    flags = " ".join(f"--gpu '{n}'" for n in names)
+    names = sorted({str(g.get("name")) for g in gpus if g.get("name")})
+    flags = " ".join(f"--gpu {shlex.quote(n)}" for n in names)
     hint = sl.explain_hint(NO_KERNEL) + (f" {flags}" if flags else "")
-    return hint + (f"; a build for this host: gpu-compat resolve {flags}" if flags else "")
+    return hint + (f"; gpu-compat resolve {flags}" if flags else "")
 
 
 def judge_measured(

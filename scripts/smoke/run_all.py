@@ -69,7 +69,7 @@ def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
     if layer == "L1":
         return [*sysfs, "--allowed-branches", a.allowed_branches, "--max-temp", str(a.max_temp)]
     if layer == "L2":
-        return ["--image", a.image]
+        return [*sysfs, "--image", a.image]
     if layer == "PERF":
         return [*sysfs, *(["--floors", a.floors] if a.floors else [])]
     if layer == "L3":

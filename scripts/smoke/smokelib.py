@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -75,9 +76,10 @@ def verdict(
 
 
 def explain_hint(text: str) -> str:
-    """The controller-side command that explains an error text from the compat data."""
-    short = " ".join(text.split())[:160].replace("'", "")
-    return f"gpu-compat explain '{short}'"
+    """The controller-side command that explains an error text from the compat data,
+    shell-quoted so that it can be pasted as it is (apostrophes included)."""
+    short = " ".join(text.split())[:160]
+    return f"gpu-compat explain {shlex.quote(short)}"
 
 
 def counts_as_pass(v: Mapping[str, Any], allow_cpu: bool = False) -> bool:

@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from gpuprov_lab import ansible_inventory
+from gpuprov_lab.inventory import ssh_argv
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PY = REPO / "scripts" / "lab.py"
-sys.path.insert(0, str(LAB_PY.parent))
-from lab import ssh_argv  # noqa: E402  (scripts/lab.py, the tool under test)
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -97,13 +96,15 @@ class Lab:
 # Lab test modules that must run first in the session, in this order: test_site.py starts
 # with `site.yml --check` on fresh hosts, before any other module provisions them.
 FIRST_MODULES = ("test_site.py",)
+# ... and last: test_lab_ops.py replaces and re-publishes hosts, losing their provisioning.
+LAST_MODULES = ("test_lab_ops.py",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the `lab` fixture with `lab` (deselect: -m 'not lab').
 
-    Then order the lab tests: FIRST_MODULES first (a stable sort keeps each module's
-    own order).
+    Then order the lab tests: FIRST_MODULES first, LAST_MODULES last (a stable sort keeps
+    each module's own order).
     """
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
@@ -111,7 +112,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def rank(item: pytest.Item) -> int:
         name = item.path.name
-        return FIRST_MODULES.index(name) if name in FIRST_MODULES else len(FIRST_MODULES)
+        if name in FIRST_MODULES:
+            return FIRST_MODULES.index(name)
+        if name in LAST_MODULES:
+            return len(FIRST_MODULES) + 1 + LAST_MODULES.index(name)
+        return len(FIRST_MODULES)
 
     items.sort(key=rank)
 
@@ -129,23 +134,10 @@ def _docker_available() -> bool:
 
 
 def _read_inventory(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
-    inv = yaml.safe_load(path.read_text(encoding="utf-8"))
-    lab_group = inv["all"]["children"]["lab"]
-    lab_vars = dict(lab_group.get("vars") or {})
-    hosts = {name: {**lab_vars, **(hv or {})} for name, hv in lab_group["hosts"].items()}
-    groups: dict[str, list[str]] = {"lab": list(hosts)}
-
-    def walk(name: str, body: dict[str, Any] | None) -> list[str]:
-        body = body or {}
-        members = list((body.get("hosts") or {}).keys())
-        for child, child_body in (body.get("children") or {}).items():
-            members += walk(child, child_body)
-        groups[name] = sorted(set(members))
-        return members
-
-    for child, child_body in (lab_group.get("children") or {}).items():
-        walk(child, child_body)
-    return hosts, groups
+    """hostvars and groups of the generated inventory, read with Ansible's inventory API
+    (group_vars/ included, as ansible-playbook sees them)."""
+    inv = ansible_inventory.read(path)
+    return inv.hosts, inv.groups
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,20 @@ write (written here into a temporary reports directory); nothing else is faked.
 
 from __future__ import annotations
 
-import importlib
 import json
+import shlex
+import textwrap
 from pathlib import Path
 
 import pytest
+import report  # scripts/report.py (scripts/ is on pytest's pythonpath)
+from smoke_modules import smoke
 
-report = importlib.import_module("report")  # scripts/ is on pytest's pythonpath
+from compat import cli
+
+sl = smoke("smokelib")
+l1_driver = smoke("l1_driver")
+l3_cuda = smoke("l3_cuda")
 
 PLAN = {
     "host": "gpu1",
@@ -72,18 +79,30 @@ def test_host_rows(reports):
     assert gpu1["driver"] == "470.256.02"
     assert gpu1["layers"]["L3"]["status"] == "fail"
     assert rows["cpu1"]["gpus"] == "-"
-    assert fleet["summary"] == {"hosts": 2, "ok": 1, "failed": ["cpu1"], "not_smoked": []}
+    assert fleet["summary"] == {
+        "hosts": 2,
+        "ok": 1,
+        "failed": ["cpu1"],
+        "not_smoked": [],
+        "why": {"cpu1": "L4 skipped: no NVIDIA device"},
+        "ignored": [],
+    }
+    assert fleet["required"] == {"L0": ["cpu1", "gpu1"], "L4": ["cpu1"], "L5": ["gpu1"]}
 
 
 def test_main_writes_json_md_html_and_fails_on_a_bad_host(reports, capsys):
     assert report.main(["--reports", str(reports), "--html"]) == 1
-    out = capsys.readouterr().out
-    assert "1/2 hosts ok" in out
-    header = out.splitlines()[0].split()
-    assert header[:3] == ["host", "gpus", "driver"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "1/2 hosts passed their required layers; did not: cpu1 (L4 skipped: no NVIDIA device)"
+    )
+    assert out[1] == "required layers: L0 on every host; L4 on cpu1; L5 on gpu1"
+    header = out[3].split()
+    assert header[:6] == ["host", "gpus", "driver", "plan", "torch", "installed"]
     md = (reports / "fleet.md").read_text()
     assert (
-        "| gpu1 | 1x Tesla K40m | 470.256.02 | 1.2.0+cu100 | 2.13.0+cpu | pass | skip | - |" in md
+        "| gpu1 | 1x Tesla K40m | 470.256.02 | 1.2.0+cu100 | 2.13.0+cpu | L0,L5 | pass* | skip |"
+        in md
     )
     assert "- **cpu1** L4 skipped: no NVIDIA device" in md
     assert "<table" in (reports / "fleet.html").read_text()
@@ -113,3 +132,138 @@ def test_broken_json_is_named(tmp_path):
     (tmp_path / "smoke" / "x.json").write_text("{")
     with pytest.raises(report.ReportError, match=r"x.json: not JSON"):
         report.build(tmp_path)
+
+
+def smoke_doc(host, installed, expected="", reason="", driver=None):
+    doc = {
+        "host": host,
+        "ok": True,
+        "required": ["L0"],
+        "not_passed": [],
+        "layers": [verdict("L0", "pass"), verdict("L4", "pass (cpu)", torch=installed)],
+        "torch_expected": {"torch": expected, "reason": reason},
+    }
+    if driver is not None:
+        doc["driver"] = driver
+    return doc
+
+
+def test_a_declared_torch_difference_is_a_note_an_undeclared_one_a_warning(tmp_path):
+    write(tmp_path, "plan", PLAN)
+    write(tmp_path, "smoke", smoke_doc("gpu1", "2.13.0+cpu", "2.13.0+cpu", "simulated GPUs"))
+    row = report.build(tmp_path)["hosts"][0]
+    assert row["notes"] == [
+        "gpu1: torch 2.13.0+cpu instead of the plan's 1.2.0+cu100, on purpose: simulated GPUs"
+    ]
+    assert row["warnings"] == []
+    write(tmp_path, "smoke", smoke_doc("gpu1", "2.13.0+cpu"))
+    row = report.build(tmp_path)["hosts"][0]
+    assert row["notes"] == []
+    assert row["warnings"] == [
+        "gpu1: installed torch 2.13.0+cpu is not the plan's 1.2.0+cu100; re-run site.yml, "
+        "or declare the intent with gpu_smoke_expected_torch"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("running", "driver", "shown"),
+    [
+        ("535.247.01", {"packages": {"nvidia-smi": "535.247.01-1~deb12u1"}}, "535.247.01"),
+        (
+            None,
+            {
+                "packages": {
+                    "libnvidia-tesla-470-ml1": "470.256.02-1~deb12u1",
+                    "nvidia-tesla-470-smi": "470.256.02-2~deb12u1",
+                },
+                "kernel_module": False,
+            },
+            "470.256.02 (userspace only: no kernel module)",
+        ),
+        (None, {"packages": {"nvidia-smi": "1:550.163.01-2"}, "kernel_module": True}, "550.163.01"),
+        (None, {"packages": {}, "kernel_module": False}, None),
+        (None, None, None),
+    ],
+    ids=["running-driver-wins", "lab-userspace-only", "epoch-stripped", "none", "old-report"],
+)
+def test_installed_driver(running, driver, shown):
+    assert report.installed_driver(running, driver) == shown
+
+
+def test_only_hosts_of_the_inventory_are_current(tmp_path, capsys):
+    write(tmp_path, "smoke", SMOKE_OK)
+    write(tmp_path, "smoke", {**SMOKE_BAD, "host": "old-host"})
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        textwrap.dedent(
+            """\
+            all:
+              children:
+                gpu_nodes:
+                  hosts:
+                    gpu1:
+                    gpu2:
+            """
+        )
+    )
+    assert report.main(["--reports", str(tmp_path), "--inventory", str(inventory)]) == 1
+    out = capsys.readouterr().out
+    assert "old-host" not in out.split("ignored:")[0]
+    assert "ignored: reports of 1 host(s) not in the inventory (old-host)" in out
+    assert "gpu2 (no smoke verdicts (playbooks/smoke.yml did not run on it))" in out
+    fleet = json.loads((tmp_path / "fleet.json").read_text())
+    assert [r["host"] for r in fleet["hosts"]] == ["gpu1", "gpu2"]
+
+
+def test_unknown_hints_are_not_shown(tmp_path):
+    doc = {
+        **SMOKE_BAD,
+        "layers": [
+            {**verdict("L0", "fail", "x"), "hint": "gpu-compat explain 'hello world'"},
+            {**verdict("L3", "fail", "z"), "hint": "run the pytorch role on this host"},
+            {**verdict("L4", "fail", "y"), "hint": sl.explain_hint(l3_cuda.NO_KERNEL)},
+        ],
+    }
+    write(tmp_path, "smoke", doc)
+    layers = report.build(tmp_path)["hosts"][0]["layers"]
+    assert layers["L0"]["hint"] is None
+    assert layers["L3"]["hint"] == "run the pytorch role on this host"  # advice, not a command
+    assert layers["L4"]["hint"] == (
+        "gpu-compat explain 'no kernel image is available for execution on the device'"
+    )
+
+
+# Every hint the smoke scripts build from a fixed text (the dynamic ones quote a runtime
+# error, which `explain` may or may not know; the report shows only those it knows).
+SMOKE_HINTS = [
+    sl.explain_hint(l1_driver.NO_DRIVER_ERROR),
+    sl.explain_hint(l3_cuda.NO_KERNEL),
+    pytest.param(
+        sl.explain_hint(l3_cuda.CPU_BUILD),
+        marks=pytest.mark.xfail(
+            reason="compat/data/errors.yaml has no row for torch's 'Torch not compiled with "
+            "CUDA enabled' yet (the report hides this hint until it has)",
+            strict=True,
+        ),
+    ),
+    sl.explain_hint("Found no NVIDIA driver on your system"),
+    l3_cuda._measured_hint([{"name": "Tesla K40m"}, {"name": "Tesla M40"}]),
+]
+
+
+@pytest.mark.parametrize(
+    "hint",
+    SMOKE_HINTS,
+    ids=["l1-no-driver", "l3-no-kernel", "l3-cpu-build", "l3-no-driver", "l3-measured"],
+)
+def test_every_smoke_hint_is_a_command_explain_recognises(hint, capsys):
+    commands = [shlex.split(c) for c in hint.split("; ")]
+    assert all(c[0] == "gpu-compat" for c in commands)
+    for argv in commands:
+        assert cli.main(argv[1:]) == 0, capsys.readouterr().out
+    assert report.hint_runs(hint)
+
+
+def test_the_l1_hint_keeps_the_apostrophe():
+    hint = sl.explain_hint(l1_driver.NO_DRIVER_ERROR)
+    assert shlex.split(hint)[2] == l1_driver.NO_DRIVER_ERROR

@@ -6,13 +6,12 @@ and the sysfs fallback shell line is run locally against a temporary tree.
 
 from __future__ import annotations
 
-import importlib
 import subprocess
+import textwrap
 
+import fabfile as fab  # scripts/fabfile.py (scripts/ is on pytest's pythonpath)
 import pytest
 import yaml
-
-fab = importlib.import_module("fabfile")  # scripts/ is on pytest's pythonpath
 
 INVENTORY = {
     "all": {
@@ -109,3 +108,41 @@ def test_status_falls_back_to_the_pci_scan(tmp_path):
 def test_host_error_is_one_clear_line():
     msg = fab.host_error(ConnectionRefusedError("boom\n[Errno 111] Connection refused"))
     assert msg == "unreachable or failed: ConnectionRefusedError: [Errno 111] Connection refused"
+
+
+def test_group_vars_directories_apply_as_for_ansible(tmp_path):
+    """The bug this fixes: ansible_user/ansible_port set in group_vars/ were not seen."""
+    (tmp_path / "hosts.yml").write_text(
+        textwrap.dedent(
+            """\
+            all:
+              children:
+                gpu_nodes:
+                  hosts:
+                    gpu1:
+                      ansible_host: 10.0.0.1
+                    gpu2:
+                      ansible_host: 10.0.0.2
+                      ansible_port: 2200
+            """
+        )
+    )
+    (tmp_path / "group_vars" / "gpu_nodes").mkdir(parents=True)
+    (tmp_path / "group_vars" / "gpu_nodes" / "ssh.yml").write_text(
+        "ansible_user: ops\nansible_port: 2222\n"
+    )
+    (tmp_path / "group_vars" / "all.yml").write_text(
+        "ansible_ssh_private_key_file: \"{{ '/keys/' ~ ansible_user }}\"\n"
+    )
+    hosts = {h.name: h for h in fab.load_inventory(tmp_path / "hosts.yml")}
+    assert (hosts["gpu1"].user, hosts["gpu1"].port, hosts["gpu1"].key_file) == (
+        "ops",
+        2222,
+        "/keys/ops",
+    )
+    assert hosts["gpu2"].port == 2200  # a host variable beats group_vars
+
+
+def test_an_unreadable_inventory_is_a_usage_error(tmp_path):
+    with pytest.raises(fab.UsageError, match=r"cannot read inventory .*: no such file"):
+        fab.load_inventory(tmp_path / "missing.yml")

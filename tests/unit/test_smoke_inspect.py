@@ -81,7 +81,7 @@ def test_k40m_has_no_kernel_image_without_driver(cuda_build: dict[str, Any]) -> 
     assert "driver missing or too old?" in second
     assert v["hint"] == (
         "gpu-compat explain 'no kernel image is available for execution on the device' "
-        "--gpu 'Tesla K40m'; a build for this host: gpu-compat resolve --gpu 'Tesla K40m'"
+        "--gpu 'Tesla K40m'; gpu-compat resolve --gpu 'Tesla K40m'"
     )
     assert v["details"]["measured"]["sass"] == ["sm_80", "sm_86", "sm_90"]
     assert v["details"]["gpus"] == [
@@ -135,7 +135,7 @@ def test_cpu_only_build_on_a_k40m(cpu_build: dict[str, Any]) -> None:
     )
     assert v["hint"] == (
         "gpu-compat explain 'no kernel image is available for execution on the device' "
-        "--gpu 'Tesla K40m'; a build for this host: gpu-compat resolve --gpu 'Tesla K40m'"
+        "--gpu 'Tesla K40m'; gpu-compat resolve --gpu 'Tesla K40m'"
     )
     assert v["details"]["measured"]["cpu_only"] is True
     assert v["details"]["gpus"][0]["result"] == "no kernel image"

@@ -1,4 +1,4 @@
-"""Unit tests of the pure parts of scripts/lab.py (no Docker needed).
+"""Unit tests of the pure parts of the lab (scripts/gpuprov_lab; no Docker needed).
 
 The lab simulates PCI devices only: each host gets a sysfs-shaped tree at
 /opt/gpuprov-sim/sys, and only the lab inventory sets
@@ -7,36 +7,21 @@ The lab simulates PCI devices only: each host gets a sysfs-shaped tree at
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tarfile
 from io import BytesIO
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
+from gpuprov_lab import aptrepo, cli, common, engine, hosts, images, inventory, profiles, site
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_lab() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuprov_lab", REPO / "scripts" / "lab.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpuprov_lab"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lab: Any = _load_lab()
-
-
 @pytest.fixture(scope="module")
 def data() -> Any:
-    return lab.load_lab_data()
+    return profiles.load_lab_data()
 
 
 # --- profiles -> sysfs tree -------------------------------------------------
@@ -54,7 +39,7 @@ def test_profiles_are_the_contract_ones(data: Any) -> None:
 
 
 def test_sysfs_files_shape(data: Any) -> None:
-    files = lab.sysfs_files(data.profiles["k40m"])
+    files = profiles.sysfs_files(data.profiles["k40m"])
     base = "bus/pci/devices/0000:3b:00.0"
     assert files == {
         f"{base}/vendor": "0x10de\n",
@@ -67,7 +52,7 @@ def test_sysfs_files_shape(data: Any) -> None:
 
 def test_write_sysfs_tree(tmp_path: Path, data: Any) -> None:
     # What gpu_info sees in a lab host when sysfs_root=/opt/gpuprov-sim/sys.
-    lab.write_sysfs_tree(data.profiles["m40"], tmp_path)
+    profiles.write_sysfs_tree(data.profiles["m40"], tmp_path)
     devices = sorted(p.name for p in (tmp_path / "bus/pci/devices").iterdir())
     assert devices == ["0000:3b:00.0", "0000:d8:00.0"]
     for dev in devices:
@@ -77,13 +62,13 @@ def test_write_sysfs_tree(tmp_path: Path, data: Any) -> None:
 
 
 def test_cpu_profile_tree_has_no_nvidia(tmp_path: Path, data: Any) -> None:
-    lab.write_sysfs_tree(data.profiles["cpu"], tmp_path)
+    profiles.write_sysfs_tree(data.profiles["cpu"], tmp_path)
     vendors = [p.read_text().strip() for p in tmp_path.glob("bus/pci/devices/*/vendor")]
     assert "0x10de" not in vendors
 
 
 def test_tar_bytes_round_trip() -> None:
-    blob = lab.tar_bytes({"opt/x/a": "1\n"}, dirs=["opt/x/empty"])
+    blob = profiles.tar_bytes({"opt/x/a": "1\n"}, dirs=["opt/x/empty"])
     with tarfile.open(fileobj=BytesIO(blob)) as tar:
         names = set(tar.getnames())
         member = tar.extractfile("opt/x/a")
@@ -109,25 +94,25 @@ def test_bad_profile_rejected() -> None:
             }
         }
     }
-    with pytest.raises(lab.UsageError, match="bus_id"):
-        lab.parse_lab_data(raw)
+    with pytest.raises(common.UsageError, match="bus_id"):
+        profiles.parse_lab_data(raw)
 
 
 # --- host specs --------------------------------------------------------------
 
 
 def test_default_preset(data: Any) -> None:
-    hosts = {h.name: h for h in lab.parse_hosts("default", data)}
+    hosts = {h.name: h for h in profiles.parse_hosts("default", data)}
     assert set(hosts) == {"lab-k40m", "lab-m40", "lab-mixed", "lab-cpu"}
     assert hosts["lab-k40m"].release == "bookworm"  # Python 3.11: a torch host
     assert hosts["lab-m40"].release == "trixie"
 
 
 def test_parse_hosts_explicit(data: Any) -> None:
-    hosts = lab.parse_hosts("h1=k40m:trixie, h2=cpu", data)
+    hosts = profiles.parse_hosts("h1=k40m:trixie, h2=cpu", data)
     assert hosts == [
-        lab.HostSpec("h1", "k40m", "trixie"),
-        lab.HostSpec("h2", "cpu", "bookworm"),
+        profiles.HostSpec("h1", "k40m", "trixie"),
+        profiles.HostSpec("h2", "cpu", "bookworm"),
     ]
 
 
@@ -136,21 +121,21 @@ def test_parse_hosts_explicit(data: Any) -> None:
     ["h1", "h1=nope", "h1=k40m:sid", "H1=k40m", "h1=k40m,h1=cpu", ""],
 )
 def test_parse_hosts_errors(spec: str, data: Any) -> None:
-    with pytest.raises(lab.UsageError):
-        lab.parse_hosts(spec, data)
+    with pytest.raises(common.UsageError):
+        profiles.parse_hosts(spec, data)
 
 
 # --- images ----------------------------------------------------------------
 
 
 def test_image_tag_follows_recipe() -> None:
-    a = lab.image_tag("bookworm", lab.DEFAULT_MIRROR, "recipe v1")
+    a = images.image_tag("bookworm", common.DEFAULT_MIRROR, "recipe v1")
     assert a.startswith("gpuprov-lab/debian:bookworm-")
     assert len(a.rsplit("-", 1)[1]) == 12
-    assert a == lab.image_tag("bookworm", lab.DEFAULT_MIRROR, "recipe v1")
-    assert a != lab.image_tag("bookworm", lab.DEFAULT_MIRROR, "recipe v2")
-    assert a != lab.image_tag("bookworm", "http://mirror.example/debian", "recipe v1")
-    assert lab.image_tag("trixie", lab.DEFAULT_MIRROR, "recipe v1").startswith(
+    assert a == images.image_tag("bookworm", common.DEFAULT_MIRROR, "recipe v1")
+    assert a != images.image_tag("bookworm", common.DEFAULT_MIRROR, "recipe v2")
+    assert a != images.image_tag("bookworm", "http://mirror.example/debian", "recipe v1")
+    assert images.image_tag("trixie", common.DEFAULT_MIRROR, "recipe v1").startswith(
         "gpuprov-lab/debian:trixie-"
     )
 
@@ -163,13 +148,13 @@ def test_image_tag_follows_recipe() -> None:
     [("cgroup2fs\n", 2), ("tmpfs\n", 1), ("", 1)],
 )
 def test_cgroup_version(fs_type: str, version: int) -> None:
-    assert lab.cgroup_version(fs_type) == version
+    assert engine.cgroup_version(fs_type) == version
 
 
 @pytest.mark.parametrize("cgroup", [1, 2])
 def test_docker_run_args(cgroup: int) -> None:
-    host = lab.HostSpec("lab-k40m", "k40m", "bookworm")
-    args = lab.docker_run_args("gpuprov", host, "img:1", 22201, cgroup)
+    host = profiles.HostSpec("lab-k40m", "k40m", "bookworm")
+    args = hosts.docker_run_args("gpuprov", host, "img:1", 22201, cgroup)
     joined = " ".join(args)
     assert "--privileged" not in args
     assert "127.0.0.1:22201:22" in args
@@ -185,27 +170,35 @@ def test_docker_run_args(cgroup: int) -> None:
 
 
 def test_trixie_on_cgroup_v1_forces_legacy() -> None:
-    assert "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1" in lab.init_command("trixie", 1)
-    assert lab.init_command("trixie", 2) == ["/sbin/init"]
-    assert lab.init_command("bookworm", 1) == ["/sbin/init"]
+    assert "SYSTEMD_CGROUP_ENABLE_LEGACY_FORCE=1" in hosts.init_command("trixie", 1)
+    assert hosts.init_command("trixie", 2) == ["/sbin/init"]
+    assert hosts.init_command("bookworm", 1) == ["/sbin/init"]
 
 
 # --- ports -----------------------------------------------------------------------
 
 
 def test_allocate_ports_skips_taken_and_busy() -> None:
-    ports = lab.allocate_ports(3, {100, 102}, lambda p: p != 103, (100, 110))
+    ports = engine.allocate_ports(3, {100, 102}, lambda p: p != 103, (100, 110))
     assert ports == [101, 104, 105]
 
 
 def test_allocate_ports_exhausted() -> None:
-    with pytest.raises(lab.LabError):
-        lab.allocate_ports(2, {100}, lambda p: True, (100, 101))
+    with pytest.raises(common.LabError):
+        engine.allocate_ports(2, {100}, lambda p: True, (100, 101))
 
 
-def test_published_ports() -> None:
-    column = "127.0.0.1:22200->22/tcp\n0.0.0.0:8080->80/tcp, :::8080->80/tcp\n\n"
-    assert lab.published_ports(column) == {22200, 8080}
+def test_bound_ports_counts_stopped_containers() -> None:
+    running = {
+        "HostConfig": {"PortBindings": {"22/tcp": [{"HostIp": "127.0.0.1", "HostPort": "22200"}]}},
+        "NetworkSettings": {"Ports": {"8080/tcp": [{"HostIp": "::", "HostPort": "8080"}]}},
+    }
+    stopped = {
+        "HostConfig": {"PortBindings": {"22/tcp": [{"HostIp": "127.0.0.1", "HostPort": "22201"}]}},
+        "NetworkSettings": {"Ports": {}},
+    }
+    unpublished = {"HostConfig": {"PortBindings": {"22/tcp": None}}, "NetworkSettings": {}}
+    assert engine.bound_ports([running, stopped, unpublished]) == {22200, 22201, 8080}
 
 
 def test_port_is_free_on_bound_port() -> None:
@@ -214,7 +207,7 @@ def test_port_is_free_on_bound_port() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
-        assert not lab.port_is_free(sock.getsockname()[1])
+        assert not engine.port_is_free(sock.getsockname()[1])
 
 
 # --- CA, pip, known_hosts -------------------------------------------------------
@@ -225,11 +218,11 @@ _CERT_B = "-----BEGIN CERTIFICATE-----\nQkJC\n-----END CERTIFICATE-----\n"
 
 def test_split_and_extra_certs() -> None:
     bundle = "# comment\n" + _CERT_A + "\n" + _CERT_B
-    certs = lab.split_pem_bundle(bundle)
+    certs = hosts.split_pem_bundle(bundle)
     assert len(certs) == 2
     assert "QUFBQUFB" in certs[0]
-    assert lab.extra_certs(bundle, _CERT_A) == [certs[1]]
-    assert lab.extra_certs(_CERT_A, bundle) == []
+    assert hosts.extra_certs(bundle, _CERT_A) == [certs[1]]
+    assert hosts.extra_certs(_CERT_A, bundle) == []
 
 
 def test_pip_find_links() -> None:
@@ -238,13 +231,13 @@ def test_pip_find_links() -> None:
         ":env:.find-links='/opt/wheels'\n"
         "global.find-links='/opt/wheels file:///srv/more https://x/y'\n"
     )
-    assert lab.pip_find_links(out) == ["/opt/wheels", "/srv/more"]
-    assert lab.pip_find_links("") == []
+    assert hosts.pip_find_links(out) == ["/opt/wheels", "/srv/more"]
+    assert hosts.pip_find_links("") == []
 
 
 def test_known_hosts_lines() -> None:
     keys = ["ssh-ed25519 AAAAC3 root@lab-k40m", "ecdsa-sha2-nistp256 AAAAE2 root@x", ""]
-    assert lab.known_hosts_lines(22200, keys) == [
+    assert inventory.known_hosts_lines(22200, keys) == [
         "[127.0.0.1]:22200 ssh-ed25519 AAAAC3",
         "[127.0.0.1]:22200 ecdsa-sha2-nistp256 AAAAE2",
     ]
@@ -254,15 +247,15 @@ def test_known_hosts_lines() -> None:
 
 
 def _runtimes(data: Any) -> list[Any]:
-    hosts = lab.parse_hosts("default", data)
+    hosts = profiles.parse_hosts("default", data)
     return [
-        lab.HostRuntime(h, f"gpuprov-{h.name}", 22200 + i, f"172.18.0.{i + 2}")
+        inventory.HostRuntime(h, f"gpuprov-{h.name}", 22200 + i, f"172.18.0.{i + 2}")
         for i, h in enumerate(hosts)
     ]
 
 
 def test_build_inventory(data: Any) -> None:
-    inv = lab.build_inventory(
+    inv = inventory.build_inventory(
         "gpuprov",
         _runtimes(data),
         data.profiles,
@@ -270,7 +263,7 @@ def test_build_inventory(data: Any) -> None:
         Path("/k/known_hosts"),
         "/opt/gpuprov-wheels",
     )
-    text = lab.dump_inventory(inv, "gpuprov")
+    text = inventory.dump_inventory(inv, "gpuprov")
     parsed = yaml.safe_load(text)
     labg = parsed["all"]["children"]["lab"]
     hosts = labg["hosts"]
@@ -297,7 +290,7 @@ def test_build_inventory(data: Any) -> None:
 
 
 def test_inventory_without_wheelhouse(data: Any) -> None:
-    inv = lab.build_inventory(
+    inv = inventory.build_inventory(
         "x",
         _runtimes(data),
         data.profiles,
@@ -332,32 +325,32 @@ def test_read_group_vars(tmp_path: Path) -> None:
     (tmp_path / "all" / "b.yml").write_text("y: 2\n")
     (tmp_path / "lab.yml").write_text("z: 3\n")
     (tmp_path / "README").write_text("not vars")
-    assert lab.read_group_vars(tmp_path) == {"all": {"x": 1, "y": 2}, "lab": {"z": 3}}
-    assert lab.read_group_vars(tmp_path / "missing") == {}
+    assert inventory.read_group_vars(tmp_path) == {"all": {"x": 1, "y": 2}, "lab": {"z": 3}}
+    assert inventory.read_group_vars(tmp_path / "missing") == {}
 
 
 def test_repo_group_vars_parse() -> None:
-    gv = lab.read_group_vars(REPO / "inventories/lab/group_vars")
+    gv = inventory.read_group_vars(REPO / "inventories/lab/group_vars")
     assert "lab" in gv
 
 
 def test_lab_paths() -> None:
-    default = lab.LabPaths("gpuprov", lab.default_inventory("gpuprov"))
+    default = inventory.LabPaths("gpuprov", inventory.default_inventory("gpuprov"))
     assert default.inventory == REPO / "inventories/lab/hosts.yml"
     assert default.known_hosts == REPO / "inventories/lab/.ssh/known_hosts"
-    other = lab.LabPaths("h7", lab.default_inventory("h7"))
+    other = inventory.LabPaths("h7", inventory.default_inventory("h7"))
     assert other.inventory == REPO / ".lab/h7/hosts.yml"
     assert other.known_hosts.name == "known_hosts.h7"
-    assert lab.container_name("h7", "lab-cpu") == "h7-lab-cpu"
-    assert lab.network_name("h7") == "h7-net"
+    assert hosts.container_name("h7", "lab-cpu") == "h7-lab-cpu"
+    assert hosts.network_name("h7") == "h7-net"
 
 
 def test_no_engine_message(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(lab.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(engine.shutil, "which", lambda _name: None)
     with pytest.raises(SystemExit) as exc:
-        lab.connect_engine()
+        engine.connect_engine()
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "apt-get install docker.io && dockerd &" in err
@@ -368,7 +361,7 @@ def test_no_engine_message(
 
 
 def test_inventory_points_the_toolkit_role_at_the_mirror(data: Any) -> None:
-    inv = lab.build_inventory(
+    inv = inventory.build_inventory(
         "gpuprov",
         _runtimes(data),
         data.profiles,
@@ -377,21 +370,23 @@ def test_inventory_points_the_toolkit_role_at_the_mirror(data: Any) -> None:
         None,
         mirror="http://172.18.0.9:8080",
     )
-    lab_vars = yaml.safe_load(lab.dump_inventory(inv, "gpuprov"))["all"]["children"]["lab"]["vars"]
+    lab_vars = yaml.safe_load(inventory.dump_inventory(inv, "gpuprov"))["all"]["children"]["lab"][
+        "vars"
+    ]
     assert lab_vars["lab_mirror_url"] == "http://172.18.0.9:8080"
     assert lab_vars["nvidia_container_toolkit_apt_repo_url"] == (
         "http://172.18.0.9:8080/stable/deb/$(ARCH)"
     )
     assert lab_vars["nvidia_container_toolkit_apt_gpg_key_url"] == "http://172.18.0.9:8080/gpgkey"
     # Without a mirror, NVIDIA's defaults (the role's) apply.
-    plain = lab.build_inventory(
+    plain = inventory.build_inventory(
         "gpuprov", _runtimes(data), data.profiles, Path("/k"), Path("/k"), None
     )
     assert "nvidia_container_toolkit_apt_repo_url" not in plain["all"]["children"]["lab"]["vars"]
 
 
 def test_mirror_container_is_read_only_and_unpublished() -> None:
-    args = lab.mirror_run_args("lab1", "img:tag", Path("/srv/x/repo"))
+    args = hosts.mirror_run_args("lab1", "img:tag", Path("/srv/x/repo"))
     assert args[:2] == ["run", "--detach"]
     assert args[args.index("--name") + 1] == "lab1-mirror"
     assert args[args.index("--network") + 1] == "lab1-net"
@@ -400,8 +395,8 @@ def test_mirror_container_is_read_only_and_unpublished() -> None:
     mount = args[args.index("--mount") + 1]
     assert "source=/srv/x/repo" in mount
     assert mount.endswith(",readonly")
-    assert args[-3:] == ["--directory", lab.MIRROR_DIR, str(lab.MIRROR_PORT)]
-    assert lab.mirror_url("10.0.0.3") == f"http://10.0.0.3:{lab.MIRROR_PORT}"
+    assert args[-3:] == ["--directory", common.MIRROR_DIR, str(common.MIRROR_PORT)]
+    assert hosts.mirror_url("10.0.0.3") == f"http://10.0.0.3:{common.MIRROR_PORT}"
 
 
 def test_forget_cached_facts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -409,16 +404,116 @@ def test_forget_cached_facts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     cache.mkdir()
     for name in ("s1_lab-k40m", "lab-k40m", "s1_xlab-k40m", "s1_lab-k40m2", "s1_lab-cpu"):
         (cache / name).write_text("{}")
-    monkeypatch.setattr(lab, "FACT_CACHES", (cache,))
-    monkeypatch.setattr(lab, "STATE_ROOT", tmp_path / "state")
-    removed = lab.forget_cached_facts("lab1", "lab-k40m")
+    monkeypatch.setattr(hosts, "FACT_CACHES", (cache,))
+    monkeypatch.setattr(hosts, "STATE_ROOT", tmp_path / "state")
+    removed = hosts.forget_cached_facts("lab1", "lab-k40m")
     assert sorted(p.name for p in removed) == ["lab-k40m", "s1_lab-k40m"]
     assert sorted(p.name for p in cache.iterdir()) == ["s1_lab-cpu", "s1_lab-k40m2", "s1_xlab-k40m"]
 
 
 def test_aptrepo_recipe_hash_depends_on_versions_and_arch() -> None:
-    aptrepo = sys.modules["aptrepo"]  # imported by scripts/lab.py
     base = aptrepo.recipe_hash(("1.0-1",), "amd64")
     assert base == aptrepo.recipe_hash(("1.0-1",), "amd64")
     assert base != aptrepo.recipe_hash(("1.0-2",), "amd64")
     assert base != aptrepo.recipe_hash(("1.0-1",), "arm64")
+
+
+def _spec(name: str) -> profiles.HostSpec:
+    return profiles.HostSpec(name, "k40m", "bookworm")
+
+
+def test_recreate_names_known_hosts_only() -> None:
+    specs = [_spec("a"), _spec("b")]
+    assert cli.recreate_set(None, specs) == set()
+    assert cli.recreate_set([], specs) == {"a", "b"}
+    assert cli.recreate_set(["b"], specs) == {"b"}
+    with pytest.raises(common.UsageError, match=r"--recreate names hosts not in the lab: c "):
+        cli.recreate_set(["b", "c"], specs)
+
+
+def test_up_without_hosts_keeps_the_lab_as_it_is() -> None:
+    state = {"hosts": [{"name": "a", "profile": "k40m", "release": "bookworm"}]}
+    assert cli.current_hosts_spec(state) == "a=k40m:bookworm"
+    assert cli.current_hosts_spec({}) is None
+
+
+def test_a_republished_host_runs_its_commit_labelled_with_its_base_image() -> None:
+    args = hosts.docker_run_args("l", _spec("a"), "base:1", 22201, 2, run_image="state:a")
+    assert "gpuprov.image=base:1" in args
+    assert args[-2:] == ["state:a", "/sbin/init"]
+    assert hosts.docker_run_args("l", _spec("a"), "base:1", 22201, 2)[-2] == "base:1"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "taken"),
+    [
+        ("Bind for 127.0.0.1:22201 failed: port is already allocated", True),
+        ("listen tcp4 127.0.0.1:22201: bind: address already in use", True),
+        ("No such image: x", False),
+    ],
+    ids=["allocated", "in-use", "other"],
+)
+def test_port_taken_error(stderr: str, taken: bool) -> None:
+    assert engine.port_taken_error(stderr) is taken
+
+
+def test_last_verdict_only_for_this_container() -> None:
+    bad = {"ok": False, "not_passed": [{"layer": "L0", "status": "fail"}]}
+    assert hosts.last_verdict({"ok": True}, written=200.0, created=100.0) == "ok"
+    assert hosts.last_verdict(bad, written=200.0, created=100.0) == "NOT OK: L0 fail"
+    assert hosts.last_verdict({"ok": True}, written=50.0, created=100.0) == "-"
+    assert hosts.last_verdict(None, written=200.0, created=100.0) == "-"
+    created = hosts.created_epoch({"Created": "2026-12-01T06:00:00.123456789Z"})
+    assert created == 1796104800.0
+
+
+def test_site_progress_prints_plays_slow_tasks_failures_and_the_recap() -> None:
+    clock = iter([0.0, 5.0, 5.0, 40.0, 40.0, 41.0]).__next__
+    progress = site.SiteProgress(now=clock)
+    lines = [
+        "PLAY [Validate the inventory] ****",
+        "TASK [validate | Fast] ****",  # 0.0
+        "ok: [h1]",
+        "TASK [docker : install | Slow] ****",  # 5.0 (fast task ended at 5.0)
+        "changed: [h1]",
+        "TASK [smoke : Failing] ****",  # 40.0 (slow one ended at 40.0)
+        "fatal: [h1]: FAILED! => changed=false",
+        "  msg: L0 failed",
+        "",
+        "PLAY RECAP ****",  # 41.0
+        "h1   : ok=3    changed=1    unreachable=0    failed=1",
+        "",
+        "TASKS RECAP ****",
+        "docker : setup-Debian | Install Docker Engine ---- 254.34s",
+    ]
+    out = [msg for line in lines for msg in progress.feed(line + "\n")]
+    assert out == [
+        "play: Validate the inventory",
+        "  docker : install | Slow (35s)",
+        "  smoke : Failing: fatal: [h1]: FAILED! => changed=false",
+        "    msg: L0 failed",
+        "recap:",
+        "  h1 : ok=3 changed=1 unreachable=0 failed=1",
+    ]
+    assert progress.close() == []
+
+
+def test_image_build_progress_names_the_latest_debootstrap_step() -> None:
+    text = "I: Retrieving InRelease \nW: x\nI: Configuring systemd...\nsome output\n"
+    assert images.last_step(text) == "Configuring systemd..."
+    assert images.last_step("no steps yet\n") == ""
+
+
+def test_a_missing_tool_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def missing(*_args: Any) -> int:
+        raise FileNotFoundError(2, "No such file or directory", "dpkg-scanpackages")
+
+    monkeypatch.setattr(cli, "cmd_down", missing)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--lab", "unit", "down"])
+    assert exc.value.code == 1
+    assert capsys.readouterr().err == (
+        "lab.py: dpkg-scanpackages: not found; `make prereqs` installs the lab's tools\n"
+    )

@@ -31,9 +31,9 @@ Usage from Python::
 
 From a shell::
 
-    python scripts/lab/aptrepo.py build /tmp/repo
-    python scripts/lab/aptrepo.py serve /tmp/repo/repo 172.18.0.1 --port 8765
-    python scripts/lab/aptrepo.py selfcheck      # build, serve and `apt-get update` it locally
+    cd scripts && python -m gpuprov_lab.aptrepo build /tmp/repo
+    cd scripts && python -m gpuprov_lab.aptrepo serve /tmp/repo/repo 172.18.0.1 --port 8765
+    cd scripts && python -m gpuprov_lab.aptrepo selfcheck  # build, serve, `apt-get update` it
 
 Needs ``dpkg-deb``, ``dpkg-scanpackages`` (dpkg-dev) and ``gpg`` on the controller.
 """

@@ -1,0 +1,82 @@
+"""site.yml on the lab, with one progress line per step."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuprov_lab.common import STATE_ROOT, LabError
+
+SLOW_TASK_S = 20.0  # a task that ran longer gets a progress line of its own
+
+
+@dataclasses.dataclass
+class SiteProgress:
+    """Turns ansible-playbook's output into progress lines (pure; fed line by line).
+
+    A line per play, a line per task that took SLOW_TASK_S or more, the failures
+    (`fatal:` and what follows, at most 20 lines each) and the recap.
+    """
+
+    now: Callable[[], float] = time.monotonic
+    task: str | None = None
+    task_started: float = 0.0
+    in_failure: int = 0
+    in_recap: bool = False
+
+    def feed(self, line: str) -> list[str]:
+        line = line.rstrip("\n")
+        out: list[str] = []
+        heading = re.match(r"^(PLAY|TASK|RUNNING HANDLER) \[(.*?)\]", line)
+        if heading or line.startswith("PLAY RECAP"):
+            out += self._end_task()
+            self.in_failure = 0
+        if heading and heading.group(1) == "PLAY":
+            out.append(f"play: {heading.group(2)}")
+        elif heading:
+            self.task, self.task_started = heading.group(2), self.now()
+        elif line.startswith("PLAY RECAP"):
+            self.in_recap = True
+            out.append("recap:")
+        elif self.in_recap and not line.strip():
+            self.in_recap = False  # the host lines end; a task timing table may follow
+        elif self.in_recap:
+            out.append("  " + re.sub(r"\s+", " ", line.strip()))
+        elif line.startswith(("fatal:", "failed:")) or line.startswith("ERROR!"):
+            self.in_failure = 20
+            out.append(f"  {self.task or ''}: {line.strip()}" if self.task else line.strip())
+        elif self.in_failure and line.strip():
+            self.in_failure -= 1
+            out.append("    " + line.strip())
+        return out
+
+    def _end_task(self) -> list[str]:
+        if self.task is None:
+            return []
+        took = self.now() - self.task_started
+        task, self.task = self.task, None
+        return [f"  {task} ({took:.0f}s)"] if took >= SLOW_TASK_S else []
+
+    def close(self) -> list[str]:
+        return self._end_task()
+
+
+def ansible_tool(name: str) -> str:
+    """An Ansible program from this Python's venv, else from PATH."""
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        raise LabError(f"{name} not found: run `make venv deps` (or put the venv's bin/ on PATH)")
+    return found
+
+
+def fact_cache(lab: str) -> Path:
+    """The lab's own Ansible fact cache: labs reuse host names (lab-k40m, ...)."""
+    return STATE_ROOT / lab / "facts"
