@@ -1,5 +1,5 @@
 # Copyright: gpuprov contributors
-# Apache-2.0 (see pyproject.toml)
+# SPDX-License-Identifier: Apache-2.0
 """Action plugin inventory_check: validate every role variable of every host before any change.
 
 The table of known variables is not written anywhere: it is read from the roles'

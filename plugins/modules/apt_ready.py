@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: gpuprov contributors
-# Apache-2.0 (see pyproject.toml)
+# SPDX-License-Identifier: Apache-2.0
 """Make apt usable before a role installs: repair dpkg, refresh lists honestly, fetch packages."""
 
 from __future__ import annotations

@@ -13,20 +13,21 @@ import pytest
 from compat.data import Matrix, load
 
 
-def _register_action_plugin() -> None:
-    """plugins/action/gpu_info.py has the file name of the module it drives (gpu_info), so it
-    cannot share pytest's pythonpath with plugins/modules: it is importable as
-    ``gpu_info_action`` instead (the one loader by path in the unit tests)."""
-    path = Path(__file__).resolve().parents[2] / "plugins" / "action" / "gpu_info.py"
-    spec = importlib.util.spec_from_file_location("gpu_info_action", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_info_action"] = module
-    spec.loader.exec_module(module)
+def _register_action_plugins() -> None:
+    """plugins/action/gpu_info.py has the file name of the module it drives (gpu_info), so the
+    action plugins cannot share pytest's pythonpath with plugins/modules: each one is
+    importable as ``<name>_action`` instead (the one loader by path in the unit tests)."""
+    for path in sorted((Path(__file__).resolve().parents[2] / "plugins" / "action").glob("*.py")):
+        name = f"{path.stem}_action"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
-_register_action_plugin()
+_register_action_plugins()
 
 
 @pytest.fixture(scope="session")

@@ -7,30 +7,13 @@ the real thing on lab hosts.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import apt_ready  # plugins/modules/apt_ready.py (on pytest's pythonpath)
 import pytest
-
-MODULE_PATH = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "apt_ready.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpuprov_apt_ready", MODULE_PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-apt_ready = _load()
 
 MIRROR = "http://172.18.0.2:8080/stable/deb/amd64"
 UPDATE_UNREACHABLE = f"""\

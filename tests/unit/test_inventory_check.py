@@ -7,36 +7,20 @@ declared variable is really validated, and run the bad-input corpus
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import gpu_compat as filters  # plugins/filter/gpu_compat.py (on pytest's pythonpath)
+import inventory_check_action as check  # plugins/action/inventory_check.py (tests/unit/conftest.py)
 import pytest
 import yaml
 
 import compat
-from compat import resolver
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
 CORPUS = yaml.safe_load((ROOT / "tests" / "lab" / "bad_inputs.yaml").read_text())
 VI_VARS = yaml.safe_load((ROLES / "validate_inventory" / "vars" / "main.yml").read_text())
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _load("gpuprov_inventory_check", ROOT / "plugins" / "action" / "inventory_check.py")
-filters = _load("gpuprov_gpu_compat_filters", ROOT / "plugins" / "filter" / "gpu_compat.py")
 
 
 def _matrix() -> Any:
@@ -151,7 +135,7 @@ def test_good_values_pass() -> None:
 def test_matrix_errors_match_the_resolver() -> None:
     """The torch message is the compat library's own, not a copy."""
     with pytest.raises(compat.model.CompatError) as err:
-        resolver.check(compat.load(), [], "9.9.9")
+        compat.check([], "9.9.9")
     assert MATRIX.torch_error("9.9.9") == str(err.value)
 
 
