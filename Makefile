@@ -9,7 +9,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: help venv deps lint unit test test-lab lab lab-up lab-down lab-status site report check \
         syntax \
-        bench bench-site readme-table
+        bench bench-site readme-table test-kernel
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,11 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 	$(BIN)/pytest tests/lab -m lab -p no:randomly
 
 test: lint syntax unit test-lab  ## everything CI runs (the README's test command)
+
+test-kernel: deps  ## kernel tier: real DKMS nvidia.ko for Debian 12's kernel, booted in QEMU TCG (slow, not in CI)
+	command -v qemu-system-x86_64 >/dev/null && command -v mkfs.ext4 >/dev/null || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-system-x86 e2fsprogs
+	GPUPROV_KERNEL_TIER=1 $(BIN)/pytest tests/lab/test_kernel.py -m kernel -p no:randomly -s
 
 lab-up: deps  ## bring the built-in lab up (Debian 12/13 hosts with simulated GPUs)
 	$(BIN)/python scripts/lab.py --lab $(LAB) up
