@@ -18,9 +18,9 @@ with the GPU profile that branch drives: 470 on the Tesla K40m host, 535 on the 
 4. check from outside: the kernel booted, nouveau is not loaded and is blacklisted inside the
    initramfs, `modinfo nvidia` matches the branch and the kernel, `modprobe nvidia` fails only
    because there is no GPU;
-5. (one branch) the role's reboot gate against the VM: a run that needs no reboot does not
-   reboot, a run that changes the nouveau blacklist reboots and waits for SSH, the re-run
-   changes nothing.
+5. (one branch, 470 by default) the role's reboot gate against the VM: a run that needs no
+   reboot does not reboot, a run that changes the nouveau blacklist reboots and waits for SSH,
+   the re-run changes nothing.
 
 Nothing is simulated in the VM: no GPU is present, which is the point of step 4. Times of
 every step are printed as a table at the end (and written to .lab/NAME/kernel-tier.json).
@@ -100,7 +100,7 @@ VM_UNMASK: tuple[str, ...] = (
     "getty.target",
     "serial-getty@ttyS0.service",
 )
-NETWORK_UNIT = "[Match]\nName=eth0\n\n[Network]\nDHCP=ipv4\n"
+NETWORK_UNIT = "[Match]\nName=eth* en*\n\n[Network]\nDHCP=ipv4\n"
 FSTAB = "/dev/vda / ext4 rw,relatime 0 1\n"
 
 
@@ -232,7 +232,8 @@ def vm_hostvars(key_file: Path, known_hosts: Path, port: int) -> dict[str, Any]:
 
 
 def role_vars(branch: int, kernel: str, *, container: bool, reboot: bool) -> dict[str, Any]:
-    """Extra vars of a kernel-tier role run."""
+    """Extra vars of a kernel-tier role run. In the VM nvidia-persistenced is left out: it
+    cannot start without a GPU (the container runs skip it anyway)."""
     out: dict[str, Any] = {
         "nvidia_driver_branch": branch,
         "nvidia_driver_kernel_version": kernel,
@@ -240,6 +241,8 @@ def role_vars(branch: int, kernel: str, *, container: bool, reboot: bool) -> dic
     }
     if container:
         out["nvidia_driver_container_kernel_build"] = True
+    else:
+        out["nvidia_driver_persistence_mode"] = False
     return out
 
 
@@ -662,8 +665,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--reboot-gate",
         type=int,
-        default=535,
-        help="branch whose VM runs the reboot gate (0: none)",
+        default=470,
+        help="branch whose VM runs the reboot gate (0: none; default: the first one built)",
     )
     parser.add_argument(
         "--no-vm", action="store_true", help="build and check in the container only"

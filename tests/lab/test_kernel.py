@@ -151,9 +151,10 @@ def test_role_vars_container_and_vm() -> None:
         "nvidia_driver_reboot_allowed": False,
         "nvidia_driver_container_kernel_build": True,
     }
-    assert "nvidia_driver_container_kernel_build" not in kt.role_vars(
-        535, "k", container=False, reboot=True
-    )
+    vm = kt.role_vars(535, "k", container=False, reboot=True)
+    assert "nvidia_driver_container_kernel_build" not in vm
+    assert vm["nvidia_driver_persistence_mode"] is False
+    assert vm["nvidia_driver_reboot_allowed"] is True
 
 
 def test_role_vars_are_role_variables() -> None:
@@ -161,8 +162,9 @@ def test_role_vars_are_role_variables() -> None:
     import yaml
 
     defaults = yaml.safe_load((REPO / "roles/nvidia_driver/defaults/main.yml").read_text())
-    for key in kt.role_vars(470, "k", container=True, reboot=True):
-        assert key in defaults
+    for container in (True, False):
+        for key in kt.role_vars(470, "k", container=container, reboot=True):
+            assert key in defaults
 
 
 def test_disk_size_mb() -> None:
