@@ -104,6 +104,17 @@ NETWORK_UNIT = "[Match]\nName=eth* en*\n\n[Network]\nDHCP=ipv4\n"
 FSTAB = "/dev/vda / ext4 rw,relatime 0 1\n"
 
 
+DEBIAN_VARS = REPO / "roles" / "nvidia_driver" / "vars" / "Debian.yml"
+
+
+def module_name(branch: int, os_version: str = "12", vars_file: Path = DEBIAN_VARS) -> str:
+    """The module file DKMS installs for a branch, read from the role's own map (Debian
+    renames nvidia.ko per flavour; `modinfo nvidia` does not follow its install rule)."""
+    data = yaml.safe_load(vars_file.read_text(encoding="utf-8"))
+    names: Mapping[int, str] = data["_nvidia_driver_kernel_module_names"][os_version]
+    return str(names.get(branch, "nvidia"))
+
+
 class TierError(Exception):
     """A step or a check failed (exit 1)."""
 
@@ -434,7 +445,7 @@ def build_branch(lab: Lab, host: str, branch: int, res: Results) -> str:
             lab.inventory, host, role_vars(branch, kernel, container=True, reboot=False)
         )
     res.facts[f"{branch}.container_run"] = recap_counts(proc.stdout, host)
-    info = parse_modinfo(lab.exec(host, f"modinfo -k {kernel} nvidia").stdout)
+    info = parse_modinfo(lab.exec(host, f"modinfo -k {kernel} {module_name(branch)}").stdout)
     problems = module_problems(info, branch, kernel)
     res.facts[f"{branch}.modinfo"] = {
         k: info.get(k, "") for k in ("filename", "version", "vermagic", "signer")
@@ -584,7 +595,7 @@ def check_vm(vm: VM, branch: int, kernel: str, res: Results) -> None:
             initramfs_blacklists_nouveau(listing, "/etc/modprobe.d/blacklist-nouveau.conf"),
             f"{branch}: initramfs carries /etc/modprobe.d/blacklist-nouveau.conf",
         )
-        info = parse_modinfo(vm.ssh("modinfo nvidia").stdout)
+        info = parse_modinfo(vm.ssh(f"modinfo {module_name(branch)}").stdout)
         problems = module_problems(info, branch, kernel)
         res.check(
             not problems,

@@ -221,3 +221,8 @@ def test_kernel_tier() -> None:
     assert report["failures"] == []
     for branch in (470, 535):
         assert report["facts"][f"{branch}.modinfo"]["version"].startswith(f"{branch}.")
+
+
+def test_module_name_from_the_role_map() -> None:
+    assert kt.module_name(470) == "nvidia-tesla-470"
+    assert kt.module_name(999) == "nvidia"
