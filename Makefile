@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
         lab-status site report check syntax \
-        bench bench-site readme-table test-faults
+        bench bench-site readme-table test-faults test-kernel
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -56,12 +56,17 @@ unit: venv  ## fast tests (no Docker), with branch coverage of the compat packag
 	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov=compat --cov-report=term-missing
 
 test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow; not the faults)
-	$(BIN)/pytest tests/lab -m "lab and not faults" -p no:randomly
+	$(BIN)/pytest tests/lab -m "lab and not faults and not kernel" -p no:randomly
 
 test-faults: deps  ## fault-injection cases on a lab host (kill, mirror cut, disk full, ssh drop)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
 test: prereqs-test lint syntax unit test-lab  ## everything CI runs (the README's test command)
+
+test-kernel: deps  ## kernel tier: real DKMS nvidia.ko for Debian 12's kernel, booted in QEMU TCG (slow, not in CI)
+	command -v qemu-system-x86_64 >/dev/null && command -v mkfs.ext4 >/dev/null || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends qemu-system-x86 e2fsprogs
+	GPUPROV_KERNEL_TIER=1 $(BIN)/pytest tests/lab/test_kernel.py -m kernel -p no:randomly -s
 
 lab-up: prereqs deps  ## bring the built-in lab up (Debian 12/13 hosts with simulated GPUs)
 	$(BIN)/python scripts/lab.py --lab $(LAB) up
