@@ -184,6 +184,10 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     plan = resolver.resolve(
         _matrix(), args.gpu, driver=args.driver, python=args.python, channel=args.channel
     )
+    if plan["ok"]:
+        from compat import horovod
+
+        plan["notes"] = [*plan.get("notes", []), horovod.note(plan["torch"])]
     _emit(args, plan, format_plan(plan))
     return OK if plan["ok"] else NO
 
@@ -231,6 +235,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     text = " ".join(args.text)
     ans = resolver.explain(_matrix(), text, args.gpu, driver=args.driver)
+    if not ans["recognised"]:
+        from compat import horovod
+
+        ans = horovod.explain(text) or ans
     if not ans["recognised"]:
         human = ["Not a known error message. Known: run `gpu-compat explain --help`."]
     else:

@@ -9,6 +9,7 @@ role's tasks only pass facts in and write what comes out.
     dist_launch_hostfile(entries)             Open MPI hostfile text
     dist_launch_known_hosts(entries)          known_hosts lines from the hosts' host keys
     dist_launch_entries(hosts, hostvars)      the launch group: name, address, slots, keys
+    dist_launch_horovod(torch)                does Horovod build against it (compat data)
 """
 
 from __future__ import annotations
@@ -134,6 +135,13 @@ def dist_launch_entries(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> li
     return out
 
 
+def dist_launch_horovod(torch: str | None) -> dict[str, Any]:
+    """Whether Horovod builds against `torch`, from compat/data/horovod.yaml (compat.horovod)."""
+    from compat import horovod
+
+    return horovod.status(torch)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -143,4 +151,5 @@ class FilterModule:
             "dist_launch_hostfile": dist_launch_hostfile,
             "dist_launch_known_hosts": dist_launch_known_hosts,
             "dist_launch_entries": dist_launch_entries,
+            "dist_launch_horovod": dist_launch_horovod,
         }
