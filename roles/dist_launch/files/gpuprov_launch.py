@@ -164,6 +164,8 @@ def ssh_options(connect_timeout: int) -> list[str]:
         "-o",
         f"ConnectTimeout={connect_timeout}",
         "-o",
+        "UpdateHostKeys=no",
+        "-o",
         "ServerAliveInterval=5",
         "-o",
         "ServerAliveCountMax=3",
@@ -206,7 +208,8 @@ def mpirun_argv(cfg: Config, per_host: int | None, command: Sequence[str]) -> li
     if cfg.mpi_network:
         argv += ["--mca", "btl_tcp_if_include", cfg.mpi_network]
         argv += ["--mca", "oob_tcp_if_include", cfg.mpi_network]
-    argv += ["--mca", "btl", "self,tcp"]
+    # TCP only: no shared-memory or UCX transports to probe in containers or across hosts.
+    argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
     return [*argv, cfg.launcher, "exec", "--", *command]
 
 

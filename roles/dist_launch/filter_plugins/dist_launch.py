@@ -14,6 +14,7 @@ role's tasks only pass facts in and write what comes out.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -94,21 +95,30 @@ def dist_launch_hostfile(entries: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _key_type(blob: str) -> str:
+    """The key type an OpenSSH public key blob names (its first length-prefixed string)."""
+    try:
+        raw = base64.b64decode(blob)
+        size = int.from_bytes(raw[:4], "big")
+        return raw[4 : 4 + size].decode("ascii")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _Error(f"not an OpenSSH public key: {blob[:20]}...") from exc
+
+
 def dist_launch_known_hosts(entries: Sequence[Mapping[str, Any]]) -> str:
     """known_hosts pinned from each host's own host keys (facts), by name and address."""
     lines = []
     for e in entries:
         facts = e.get("facts") or {}
-        keys = [
-            (f"ssh-{t}" if t != "ecdsa" else str(facts.get("ssh_host_key_ecdsa_keytype")), t)
+        blobs = [
+            str(facts[f"ssh_host_key_{t}_public"])
             for t in KEY_TYPES
             if facts.get(f"ssh_host_key_{t}_public")
         ]
-        if not keys:
+        if not blobs:
             raise _Error(f"host {e['name']} reported no SSH host key in its facts")
         names = ",".join(dict.fromkeys([str(e["name"]), str(e["address"])]))
-        for keytype, t in keys:
-            lines.append(f"{names} {keytype} {facts[f'ssh_host_key_{t}_public']}")
+        lines += [f"{names} {_key_type(b)} {b}" for b in blobs]
     return "\n".join(lines) + "\n"
 
 
