@@ -52,6 +52,8 @@ __all__ = [
     "check_measured",
     "debian_packages",
     "explain",
+    "horovod_explain",
+    "horovod_note",
     "inspect",
     "install_for",
     "known_errors",
@@ -128,6 +130,20 @@ def explain(text: str, gpus: list[Any] | None = None, driver: str | None = None)
     from compat import explainer
 
     return explainer.explain(load(), text, gpus or [], driver=driver)
+
+
+def horovod_note(torch: str | None) -> str:
+    """The one line on Horovod that ``gpu-compat resolve`` adds to a plan's notes."""
+    from compat import horovod
+
+    return horovod.note(torch)
+
+
+def horovod_explain(text: str) -> dict[str, Any] | None:
+    """The answer to an error message or question about Horovod, None when it is not one."""
+    from compat import horovod
+
+    return horovod.explain(text)
 
 
 def releases_for_gpu(query: str, channel: str = "pip") -> dict[str, Any]:

@@ -186,6 +186,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
     plan = compat.resolve(args.gpu, driver=args.driver, python=args.python, channel=args.channel)
+    if plan["ok"]:
+        plan["notes"] = [*plan.get("notes", []), compat.horovod_note(plan["torch"])]
     _emit(args, plan, format_plan(plan))
     return OK if plan["ok"] else NO
 
@@ -240,6 +242,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise CompatError("explain needs the error message TEXT, or --list")
     text = " ".join(args.text)
     ans = compat.explain(text, args.gpu, driver=args.driver)
+    if not ans["recognised"]:
+        ans = compat.horovod_explain(text) or ans
     if not ans["recognised"]:
         human = ["Not a known error message. Known (gpu-compat explain --list):", *listing]
     else:

@@ -4,11 +4,14 @@
     scripts/fabfile.py -i INVENTORY [--limit host1,host2] status
     scripts/fabfile.py -i INVENTORY [--limit ...] smoke [--layers L0,L1] [--python PY]
     scripts/fabfile.py -i INVENTORY [--limit ...] plan [--reports DIR]
+    scripts/fabfile.py -i INVENTORY [--limit ...] watch [--interval S] [--count N]
 
 status  GPU table of every host, in parallel (ThreadingGroup): NVML/nvidia-smi over SSH,
         falling back to the PCI scan of the host's sysfs (gpu_info_sysfs_root in the lab).
 smoke   copy scripts/smoke/ to the hosts and run run_all.py; one line per host and layer.
 plan    show the plan of each host from reports/plan/<host>.json (playbooks/plan.yml).
+watch   the fleet-wide `watch nvidia-smi`: the status table every --interval seconds (a line
+        per GPU; "no driver" rows for GPUs without one, "unreachable" for a host that is down).
 
 Hosts come from the inventory's ansible_host, ansible_port, ansible_user and
 ansible_ssh_private_key_file, read with Ansible's inventory API (group_vars/ and
@@ -307,6 +310,27 @@ def cmd_plan(hosts: Sequence[Host], reports: Path) -> int:
     return 1 if missing else 0
 
 
+def cmd_watch(hosts: Sequence[Host], timeout: int, interval: float, count: int) -> int:
+    """cmd_status again and again (clearing a terminal); `count` rounds, 0 = until Ctrl-C."""
+    import time
+
+    rounds, rc = 0, 0
+    try:
+        while True:
+            if sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")
+            stamp = time.strftime("%H:%M:%S")
+            sys.stdout.write(f"gpuprov watch: {len(hosts)} hosts, every {interval:g}s  {stamp}\n")
+            rc = cmd_status(hosts, timeout)
+            sys.stdout.flush()
+            rounds += 1
+            if count and rounds >= count:
+                return rc
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return rc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-i", "--inventory", type=Path, required=True)
@@ -319,6 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     smoke.add_argument("--python", default="/opt/gpuprov/venv/bin/python")
     plan = sub.add_parser("plan", help="show each host's plan (reports/plan)")
     plan.add_argument("--reports", type=Path, default=REPO / "reports")
+    watch = sub.add_parser("watch", help="the status table, refreshed (fleet-wide watch)")
+    watch.add_argument("--interval", type=float, default=2.0)
+    watch.add_argument("--count", type=int, default=0, help="rounds (default: until Ctrl-C)")
     args = parser.parse_args(argv)
     try:
         hosts = limit_hosts(load_inventory(args.inventory), args.limit)
@@ -332,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_status(hosts, args.timeout)
     if args.cmd == "smoke":
         return cmd_smoke(hosts, args.timeout, args.layers, args.python)
+    if args.cmd == "watch":
+        return cmd_watch(hosts, args.timeout, args.interval, args.count)
     return cmd_plan(hosts, args.reports)
 
 

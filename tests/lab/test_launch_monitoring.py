@@ -1,0 +1,262 @@
+"""Multi-host launch and GPU monitoring in the lab, for real (marked `lab`; needs Docker).
+
+After site.yml converged (test_site.py, first in the session) this module runs
+playbooks/launch.yml and playbooks/monitoring.yml again (each must change nothing, and
+`--check --diff` must change nothing either), then:
+
+- `gpuprov-launch torchrun` and `gpuprov-launch mpirun` all_reduce across the lab's
+  Debian 12 hosts (the launch group: hosts with torch), as the training user, over the
+  SSH trust the role set up: sums checked, bus bandwidth reported;
+- node_exporter on every lab host serves gpuprov's metrics, scraped from the controller
+  over the lab network at the targets of the generated Prometheus scrape config: the
+  explicit "no driver" state of the simulated GPUs, the PCI device count, the plan and
+  the smoke verdicts shipped from the controller's reports;
+- with one launch host stopped, both launchers fail fast naming it (and `fabfile.py watch`
+  shows a line for it), then it is started again.
+
+Simulated: only the PCI devices (no driver answers; gpuprov_gpu_driver_loaded 0).
+Everything else is real: sshd, Open MPI, torchrun, gloo, node_exporter, systemd.
+
+Run alone on a kept lab: GPUPROV_LAB_NAME=h8 GPUPROV_LAB_KEEP=1 pytest -m lab \
+    tests/lab/test_launch_monitoring.py -p no:randomly
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LAUNCH = REPO / "playbooks" / "launch.yml"
+MONITORING = REPO / "playbooks" / "monitoring.yml"
+SMOKE = REPO / "playbooks" / "smoke.yml"
+PYTORCH = REPO / "playbooks" / "pytorch.yml"
+PLAN = REPO / "playbooks" / "plan.yml"
+USER = "gpuprov-train"  # dist_launch_user's default
+L5 = "/opt/gpuprov/launch/l5_launch.py"
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
+)
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+PCI_GPUS = {"k40m": 1, "m40": 2, "mixed": 2, "a100": 1, "cpu": 0}  # scripts/lab/profiles.yaml
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    return {
+        m.group(1): {
+            "changed": int(m.group(3)),
+            "unreachable": int(m.group(4)),
+            "failed": int(m.group(5)),
+        }
+        for m in RECAP.finditer(output)
+    }
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text format -> name -> [(labels, value)] (no escapes in our labels)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        out.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("launch-reports")
+
+
+@pytest.fixture(scope="module")
+def launch_hosts(lab: Any) -> list[str]:
+    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("lab_release") == "bookworm"]
+    if len(hosts) < 2:
+        pytest.skip("needs two bookworm hosts (the launch group)")
+    if not lab.hosts[hosts[0]].get("lab_wheelhouse"):
+        pytest.skip("the lab has no wheelhouse (scripts/lab.py up --wheelhouse DIR)")
+    return hosts
+
+
+def play(lab: Any, playbook: Path, reports: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return lab.ansible_playbook(playbook, "-e", f"gpuprov_report_dir={reports}", *extra)
+
+
+@pytest.fixture(scope="module")
+def converged(lab: Any, launch_hosts: list[str], reports: Path) -> dict[str, Any]:
+    """PyTorch where missing (module run alone), smoke verdicts, then launch + monitoring.
+
+    In the session site.yml (test_site.py) already ran launch.yml: this run is its second,
+    whose recap the idempotence test judges; monitoring.yml runs twice here (its facts follow
+    this module's report directory)."""
+    seconds: dict[str, Any] = {}
+    have_torch = lab.ssh(launch_hosts[0], "test -x /opt/gpuprov/venv/bin/python", check=False)
+    if have_torch.returncode != 0:
+        out = play(lab, PYTORCH, reports)
+        assert out.returncode == 0, out.stdout[-4000:]
+    # Plans and verdicts for the monitoring role to ship (site.yml's went to test_site's own
+    # report directory).
+    for playbook in (PLAN, SMOKE):
+        out = play(lab, playbook, reports)
+        assert out.returncode == 0, out.stdout[-4000:]
+    for name, playbook in (("launch", LAUNCH), ("monitoring", MONITORING)):
+        started = time.monotonic()
+        out = play(lab, playbook, reports)
+        seconds[name] = time.monotonic() - started
+        assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+        for host, r in recap(out.stdout).items():
+            assert (r["failed"], r["unreachable"]) == (0, 0), (host, out.stdout[-4000:])
+        seconds[f"{name}_recap"] = recap(out.stdout)
+    # The monitoring facts follow this module's report directory: judge a run after it.
+    again = play(lab, MONITORING, reports)
+    assert again.returncode == 0, again.stdout[-4000:]
+    seconds["monitoring_recap"] = recap(again.stdout)
+    return seconds
+
+
+def l5(lab: Any, host: str, *args: str) -> tuple[int, dict[str, Any]]:
+    cmd = f"runuser -u {USER} -- /usr/bin/python3 {L5} --timeout 90 --join-timeout 45 " + " ".join(
+        args
+    )
+    proc = lab.ssh(host, cmd, check=False, timeout=400)
+    assert proc.stdout.startswith("{"), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_both_launchers_all_reduce_across_the_bookworm_hosts(
+    lab: Any, launch_hosts: list[str], converged: dict[str, Any]
+) -> None:
+    rc, doc = l5(lab, launch_hosts[0])
+    assert rc == 0, doc
+    by = {v["details"]["launcher"]: v for v in doc["layers"]}
+    assert set(by) == {"torchrun", "mpirun"}
+    for launcher, v in by.items():
+        assert v["status"] == "pass", v
+        assert v["details"]["world_size"] == len(launch_hosts), v
+        gloo = v["details"]["backends"]["gloo"]
+        assert gloo["sum_ok"], v
+        assert gloo["sum_expected"] == len(launch_hosts) * (len(launch_hosts) + 1) / 2
+        assert gloo["busbw_gbs"] > 0, v
+        assert f"busbw {gloo['busbw_gbs']} GB/s" in v["reason"], launcher
+    # mpirun ranks got RANK/WORLD_SIZE from OMPI_COMM_WORLD_*: one rank per host.
+    assert by["mpirun"]["details"]["rank"] in range(len(launch_hosts))
+
+
+def test_launch_and_monitoring_change_nothing_on_a_second_run_and_under_check(
+    lab: Any, converged: dict[str, Any], reports: Path
+) -> None:
+    for name in ("launch", "monitoring"):
+        changed = {h: r["changed"] for h, r in converged[f"{name}_recap"].items()}
+        assert changed, name
+        assert set(changed.values()) == {0}, (name, changed)
+    for playbook in (LAUNCH, MONITORING):
+        for extra in (("--check", "--diff"),):
+            out = play(lab, playbook, reports, *extra)
+            assert out.returncode == 0, (playbook.name, extra, out.stdout[-4000:])
+            changed = {h: r["changed"] for h, r in recap(out.stdout).items()}
+            assert changed, (playbook.name, extra, out.stdout[-2000:])
+            assert set(changed.values()) == {0}, (playbook.name, extra, changed)
+
+
+def test_node_exporter_serves_gpuprov_metrics_to_the_controller(
+    lab: Any, converged: dict[str, Any], reports: Path
+) -> None:
+    scrape = yaml.safe_load((reports / "monitoring" / "prometheus-gpuprov.yml").read_text())
+    configs = scrape["scrape_configs"][0]["static_configs"]
+    targets = {c["labels"]["host"]: c["targets"][0] for c in configs}
+    assert set(targets) == set(lab.groups["lab"])
+    for host, target in targets.items():
+        hv = lab.hosts[host]
+        assert target == f"{hv['lab_address']}:9100"
+        # The collector's timer runs every 15 s; the role waited for the first file.
+        with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as resp:
+            metrics = parse_metrics(resp.read().decode())
+        assert metrics["gpuprov_gpu_driver_loaded"] == [({}, 0.0)], host
+        assert metrics["gpuprov_gpu_pci_devices"] == [({}, float(PCI_GPUS[hv["lab_profile"]]))]
+        assert metrics["gpuprov_gpu_smi_up"] == [({}, 0.0)]
+        assert "gpuprov_gpu_utilization_ratio" not in metrics  # no driver: no invented zeros
+        assert "node_load1" in metrics  # node_exporter's own collectors still run
+        smoke = json.loads((reports / "smoke" / f"{host}.json").read_text())
+        got = {
+            lab_["layer"]: (lab_["status"], v) for lab_, v in metrics["gpuprov_smoke_layer_passed"]
+        }
+        want = {
+            x["layer"]: (x["status"], float(x["status"] in ("pass", "pass (cpu)")))
+            for x in smoke["layers"]
+        }
+        assert got == want, host
+        stamp = metrics["gpuprov_smoke_last_verdict_timestamp_seconds"][0][1]
+        assert stamp == pytest.approx((reports / "smoke" / f"{host}.json").stat().st_mtime, abs=1)
+        plan_file = reports / "plan" / f"{host}.json"
+        if plan_file.exists():  # gpu_nodes only
+            plan = json.loads(plan_file.read_text())["plan"]
+            ((labels, _),) = metrics["gpuprov_plan_info"]
+            assert labels["torch"] == str(plan["torch"]), host
+        installed = metrics["gpuprov_installed_info"][0][0]
+        torch = "2.13.0+cpu" if hv["lab_release"] == "bookworm" else ""
+        assert (installed["driver"], installed["torch"]) == ("", torch), host
+
+
+def test_a_stopped_host_fails_both_launchers_fast_and_named(
+    lab: Any, launch_hosts: list[str], converged: dict[str, Any]
+) -> None:
+    """Stops the last launch host, then starts it again (recreated if its port was taken)."""
+    victim = launch_hosts[-1]
+    container = lab.hosts[victim]["lab_container"]
+    subprocess.run(["docker", "stop", "-t", "2", container], check=True, capture_output=True)
+    try:
+        started = time.monotonic()
+        rc, doc = l5(lab, launch_hosts[0])
+        wall = time.monotonic() - started
+        watch = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "scripts" / "fabfile.py"),
+                "-i",
+                str(lab.inventory),
+                "--timeout",
+                "5",
+                "watch",
+                "--count",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+    finally:
+        restart = subprocess.run(["docker", "start", container], check=False, capture_output=True)
+        if restart.returncode != 0:
+            lab.lab_py(
+                "up",
+                "--recreate",
+                "--hosts",
+                os.environ.get("GPUPROV_LAB_HOSTS", "default"),
+                check=False,
+            )
+    assert rc == 1, doc
+    address = lab.hosts[victim]["lab_address"]
+    for v in doc["layers"]:
+        assert v["status"] == "fail", v
+        assert f"host down: {victim} ({address})" in v["reason"], v
+        assert v["details"]["elapsed_s"] < 30, v  # the SSH probe, not a 90 s timeout
+    assert wall < 90, f"l5_launch.py took {wall:.0f}s with a host down"
+    assert watch.returncode == 1, watch.stdout + watch.stderr
+    lines = watch.stdout.splitlines()
+    assert any(line.startswith(victim) and "unreachable" in line for line in lines), watch.stdout
+    alive = [h for h in lab.groups["gpu_nodes"] if h != victim]
+    for host in alive:
+        assert any(line.startswith(host) and "no driver" in line for line in lines), watch.stdout
