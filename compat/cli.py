@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
 
     ins = add("inspect", "measure the CUDA arch list inside a torch wheel, install or .so")
     ins.add_argument("path")
+
+    from compat import serving  # gpu-compat serving: ONNX opsets, Triton images
+
+    serving.add_cli_arguments(add("serving", "serving stack: ONNX opsets and Triton images"))
     return p
 
 
@@ -323,6 +327,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return OK
 
 
+def _cmd_serving(args: argparse.Namespace) -> int:
+    from compat import serving
+
+    code, data, human = serving.cli(args)
+    _emit(args, data, human)
+    return int(code)
+
+
 _COMMANDS = {
     "lookup": _cmd_lookup,
     "check": _cmd_check,
@@ -330,6 +342,7 @@ _COMMANDS = {
     "explain": _cmd_explain,
     "matrix": _cmd_matrix,
     "inspect": _cmd_inspect,
+    "serving": _cmd_serving,
 }
 
 
