@@ -304,7 +304,12 @@ def triton_check(
             reasons.append(
                 f"tritonserver:{tag} (CUDA {row['cuda']}) needs driver branch >= {need}; "
                 f"this host's branch is {branch}"
-                + (f" (forward compatibility covers only {fc})" if fc else "")
+                + (
+                    f" (branch {branch} can run it through CUDA forward compatibility on "
+                    "data-center GPUs only, when asked: --forward-compat)"
+                    if branch in fc
+                    else (f" (forward compatibility covers only {fc})" if fc else "")
+                )
             )
     floor = _cc(row["min_compute_capability"])
     for text in compute_capabilities:

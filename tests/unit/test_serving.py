@@ -231,9 +231,14 @@ def test_triton_tag_needing_a_newer_driver_is_refused_naming_tag_driver_and_bran
     assert v["ok"] is False
     assert v["reasons"] == [
         "tritonserver:24.04 (CUDA 12.4.1) needs driver branch >= 545; this host's branch is 535 "
-        "(forward compatibility covers only [470, 535])"
+        "(branch 535 can run it through CUDA forward compatibility on data-center GPUs only, "
+        "when asked: --forward-compat)"
     ]
     assert serving.triton_check(t, "24.04", "535", ["8.0"], forward_compat=True)["ok"] is True
+    old = serving.triton_check(t, "24.04", "520", ["8.0"])
+    assert old["reasons"][0].endswith(
+        "this host's branch is 520 (forward compatibility covers only [470, 535])"
+    )
 
 
 def test_triton_refuses_a_gpu_below_its_floor_and_a_host_without_driver(t: dict[str, Any]) -> None:
