@@ -204,6 +204,50 @@ def render_html(fleet: Mapping[str, Any]) -> str:
     )
 
 
+# --- Serving (roles/model_serving): <DIR>/serving/<host>.json -----------------------------
+
+
+def serving_rows(directory: Path) -> list[dict[str, Any]]:
+    """One row per host and endpoint: the host's L6 export verdict, health, inference, latency."""
+    rows: list[dict[str, Any]] = []
+    for host, doc in sorted(load_dir(directory).items()):
+        export = str((doc.get("export") or {}).get("status") or "not run")
+        for e in doc.get("endpoints") or []:
+            latency = e.get("latency") or {}
+            rows.append(
+                {
+                    "host": host,
+                    "export": export,
+                    "stack": e.get("stack"),
+                    "endpoint": e.get("endpoint"),
+                    "health": e.get("health", "not ready"),
+                    "inference": "ok" if (e.get("inference") or {}).get("ok") else "FAIL",
+                    "median_ms": latency.get("median_ms"),
+                    "requests": latency.get("requests"),
+                    "error": e.get("error"),
+                }
+            )
+    return rows
+
+
+def render_serving(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The serving table (latency is the median round trip, printed, never judged)."""
+    head = ["host", "export (L6)", "stack", "endpoint", "health", "inference", "median ms"]
+    body = [
+        [
+            str(r["host"]),
+            str(r["export"]),
+            str(r["stack"]),
+            str(r["endpoint"]),
+            str(r["health"]),
+            str(r["inference"]),
+            "-" if r["median_ms"] is None else f"{r['median_ms']:.2f} (n={r['requests']})",
+        ]
+        for r in rows
+    ]
+    return render_text([head, *body])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--reports", type=Path, default=REPO / "reports")
@@ -215,12 +259,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReportError as exc:
         sys.stderr.write(f"report.py: {exc}\n")
         return 2
+    fleet["serving"] = serving_rows(args.reports / "serving")
     (args.reports / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
     (args.reports / "fleet.md").write_text(render_md(fleet), encoding="utf-8")
     if args.html:
         (args.reports / "fleet.html").write_text(render_html(fleet), encoding="utf-8")
     if not args.quiet:
         sys.stdout.write(render_text(table(fleet)))
+        if fleet["serving"]:
+            sys.stdout.write("\nServing\n" + render_serving(fleet["serving"]))
         s = fleet["summary"]
         sys.stdout.write(f"\n{s['ok']}/{s['hosts']} hosts ok; reports in {args.reports}\n")
     s = fleet["summary"]
