@@ -31,8 +31,16 @@ PORTS = {
 
 
 @pytest.fixture
-def serving(serving_vars: dict[str, Any]) -> dict[str, Any]:
-    v = serving_vars
+def serving(host: Any, serving_vars: dict[str, Any]) -> dict[str, Any]:
+    v = dict(serving_vars)
+    if isinstance(v["model_serving_stacks"], str):
+        # A Jinja expression (the lab's group_vars) that testinfra does not render: the stacks
+        # are those whose unit the role wrote on this host.
+        v["model_serving_stacks"] = [
+            s
+            for s in sorted(PORTS)
+            if host.file(f"/etc/systemd/system/gpuprov-serve-{s}.service").exists
+        ]
     if not v["model_serving_stacks"]:
         pytest.skip("model_serving_stacks is empty on this host")
     return v
