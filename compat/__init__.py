@@ -63,6 +63,8 @@ __all__ = [
     "plan_host",
     "releases_for_gpu",
     "resolve",
+    "serving_onnx",
+    "serving_triton",
     "show",
     "suggestions",
     "support_rows",
@@ -144,6 +146,40 @@ def horovod_explain(text: str) -> dict[str, Any] | None:
     from compat import horovod
 
     return horovod.explain(text)
+
+
+def serving_onnx(
+    torch: str, onnxruntime: str, opset: int | None = None, exporter: str = "torchscript"
+) -> dict[str, Any]:
+    """Whether onnxruntime runs the ONNX opset that torch exports (``gpu-compat serving onnx``):
+    ok (True, False or None when unknown), opset, reasons."""
+    from compat import serving
+
+    return serving.onnx_check(serving.load(), torch, onnxruntime, opset, exporter)
+
+
+def serving_triton(
+    driver: str | None,
+    gpus: list[Any],
+    forward_compat: bool = False,
+    tag: str | None = None,
+) -> dict[str, Any]:
+    """The tritonserver images that run on a host (``gpu-compat serving triton``): pick (the
+    newest that runs, or None) and images (every verdict, with reasons)."""
+    from compat import serving
+
+    ccs: list[str] = []
+    for g in gpus:
+        found = lookup(str(g))
+        if not found:
+            raise CompatError(f"unknown GPU {g!r} (gpu-compat lookup NAME)")
+        ccs.append(str(found[0]["compute_capability"]))
+    tables = serving.load()
+    if tag:
+        verdicts = [serving.triton_check(tables, tag, driver, ccs, forward_compat)]
+    else:
+        verdicts = serving.triton_images(tables, driver, ccs, forward_compat)
+    return {"pick": next((v for v in verdicts if v["ok"]), None), "images": verdicts}
 
 
 def releases_for_gpu(query: str, channel: str = "pip") -> dict[str, Any]:

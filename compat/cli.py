@@ -94,6 +94,25 @@ def _parser() -> argparse.ArgumentParser:
         metavar="G",
         help="judge torch and every CUDA library for this GPU (repeat for each GPU)",
     )
+
+    sv = add("serving", "serving stack: ONNX opsets and Triton images")
+    sv.add_argument("what", choices=("onnx", "triton"), help="the question to answer")
+    sv.add_argument("--torch", metavar="VERSION", help="onnx: torch that exports, e.g. 2.13.0+cpu")
+    sv.add_argument("--onnxruntime", metavar="VERSION", help="onnx: the runtime, e.g. 1.16.3")
+    sv.add_argument("--opset", type=int, help="onnx: the opset (default: the exporter's default)")
+    sv.add_argument("--exporter", choices=("torchscript", "dynamo"), default="torchscript")
+    sv.add_argument(
+        "--driver", metavar="BRANCH|VERSION", help="triton: the host's driver (535 or 535.183.01)"
+    )
+    sv.add_argument(
+        "--gpu", action="append", default=[], metavar="G", help="triton: a GPU of the host (repeat)"
+    )
+    sv.add_argument("--tag", help="triton: judge this tag only (e.g. 24.04)")
+    sv.add_argument(
+        "--forward-compat",
+        action="store_true",
+        help="triton: accept the data-center branches of CUDA forward compatibility",
+    )
     return p
 
 
@@ -355,6 +374,26 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return OK
 
 
+def _cmd_serving(args: argparse.Namespace) -> int:
+    if args.what == "onnx":
+        if not (args.torch and args.onnxruntime):
+            raise CompatError("serving onnx needs --torch VERSION and --onnxruntime VERSION")
+        v = compat.serving_onnx(args.torch, args.onnxruntime, args.opset, args.exporter)
+        head = {True: "YES", False: "NO", None: "UNKNOWN"}[v["ok"]]
+        human = [f"{head}: torch {args.torch} opset {v['opset']} on onnxruntime {args.onnxruntime}"]
+        _emit(args, v, [*human, *(f"  - {r}" for r in v["reasons"])])
+        return OK if v["ok"] else NO
+    data = compat.serving_triton(args.driver, args.gpu, args.forward_compat, args.tag)
+    pick = data["pick"]
+    human = [
+        f"Pick: {pick['image']}" if pick else "Pick: none of the known tritonserver tags runs here"
+    ]
+    for v in data["images"]:
+        human.append(f"  {'ok ' if v['ok'] else 'no '} {v['image']}: {'; '.join(v['reasons'])}")
+    _emit(args, data, human)
+    return OK if pick else NO
+
+
 _COMMANDS = {
     "lookup": _cmd_lookup,
     "check": _cmd_check,
@@ -363,6 +402,7 @@ _COMMANDS = {
     "matrix": _cmd_matrix,
     "inspect": _cmd_inspect,
     "show": _cmd_show,
+    "serving": _cmd_serving,
 }
 
 

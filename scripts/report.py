@@ -315,13 +315,17 @@ def problems(fleet: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str
     return out
 
 
-def render_text(fleet: Mapping[str, Any]) -> str:
-    rows = table(fleet)
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """A text table: the first row is the header, a rule under it, columns padded."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [headline(fleet), required_line(fleet), ""]
     body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     body.insert(1, "  ".join("-" * w for w in widths))
-    lines += body
+    return body
+
+
+def render_text(fleet: Mapping[str, Any]) -> str:
+    lines = [headline(fleet), required_line(fleet), ""]
+    lines += aligned(table(fleet))
     lines.append(LEGEND)
     for r in fleet["hosts"]:
         lines += [f"note: {n}" for n in r["notes"]]
@@ -388,6 +392,53 @@ def inventory_hosts(path: Path) -> list[str]:
         raise ReportError(str(exc)) from exc
 
 
+# --- Serving (roles/model_serving): <DIR>/serving/<host>.json -----------------------------
+
+
+def serving_rows(directory: Path, hosts: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per host and endpoint: the host's L6 export verdict, health, inference, latency
+    (`hosts`: only these, as for the fleet table)."""
+    rows: list[dict[str, Any]] = []
+    for host, doc in sorted(load_dir(directory).items()):
+        if hosts is not None and host not in hosts:
+            continue
+        export = str((doc.get("export") or {}).get("status") or "not run")
+        for e in doc.get("endpoints") or []:
+            latency = e.get("latency") or {}
+            rows.append(
+                {
+                    "host": host,
+                    "export": export,
+                    "stack": e.get("stack"),
+                    "endpoint": e.get("endpoint"),
+                    "health": e.get("health", "not ready"),
+                    "inference": "ok" if (e.get("inference") or {}).get("ok") else "FAIL",
+                    "median_ms": latency.get("median_ms"),
+                    "requests": latency.get("requests"),
+                    "error": e.get("error"),
+                }
+            )
+    return rows
+
+
+def render_serving(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The serving table (latency is the median round trip, printed, never judged)."""
+    head = ["host", "export (L6)", "stack", "endpoint", "health", "inference", "median ms"]
+    body = [
+        [
+            str(r["host"]),
+            str(r["export"]),
+            str(r["stack"]),
+            str(r["endpoint"]),
+            str(r["health"]),
+            str(r["inference"]),
+            "-" if r["median_ms"] is None else f"{r['median_ms']:.2f} (n={r['requests']})",
+        ]
+        for r in rows
+    ]
+    return "\n".join(aligned([head, *body])) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--reports", type=Path, default=REPO / "reports")
@@ -403,12 +454,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReportError as exc:
         sys.stderr.write(f"report.py: {exc}\n")
         return 2
+    fleet["serving"] = serving_rows(args.reports / "serving", hosts)
     (args.reports / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
     (args.reports / "fleet.md").write_text(render_md(fleet), encoding="utf-8")
     if args.html:
         (args.reports / "fleet.html").write_text(render_html(fleet), encoding="utf-8")
     if not args.quiet:
         sys.stdout.write(render_text(fleet))
+        if fleet["serving"]:
+            sys.stdout.write("\nServing\n" + render_serving(fleet["serving"]))
         sys.stdout.write(f"reports in {args.reports} (fleet.md, fleet.json)\n")
     s = fleet["summary"]
     return 0 if not s["failed"] and not s["not_smoked"] else 1

@@ -42,6 +42,7 @@ SCRIPTS = {
     "PERF": "perf.py",
     "L4": "l4_train.py",
     "L5": "l5_distributed.py",
+    "L6": "l6_export.py",
 }
 NAMES = {
     "L0": "hardware",
@@ -51,8 +52,9 @@ NAMES = {
     "PERF": "perf",
     "L4": "train",
     "L5": "distributed",
+    "L6": "export",
 }
-TORCH_LAYERS = ("L3", "PERF", "L4", "L5")
+TORCH_LAYERS = ("L3", "PERF", "L4", "L5", "L6")
 
 
 def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
@@ -76,6 +78,9 @@ def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
         return [*sysfs, *(f"--gpu={g}" for g in a.gpu)]
     if layer == "L4":
         return [*sysfs, *(["--allow-cpu"] if a.allow_cpu else [])]
+    if layer == "L6":
+        opsets = ["--onnx-opsets", a.onnx_opsets] if a.onnx_opsets else []
+        return [*sysfs, *(["--allow-cpu"] if a.allow_cpu else []), *opsets]
     if layer == "L5":
         return ["--nnodes", "1", "--is-host", "--port", "29531", "--timeout", "120"]
     return sysfs
@@ -134,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--allowed-branches", default="")
     parser.add_argument("--max-temp", type=int, default=85)
     parser.add_argument("--floors", default="")
+    parser.add_argument(
+        "--onnx-opsets", default="", help="L6: JSON of the opsets each onnxruntime runs"
+    )
     parser.add_argument("--image", default="ubuntu:22.04")
     parser.add_argument("--python", default=sys.executable, help="interpreter with torch")
     parser.add_argument(

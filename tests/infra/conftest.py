@@ -129,6 +129,11 @@ def toolkit_vars(host: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
+def serving_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "model_serving")
+
+
+@pytest.fixture
 def daemon_json(host: Any) -> dict[str, Any]:
     path = "/etc/docker/daemon.json"
     with as_root(host):

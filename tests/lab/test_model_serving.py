@@ -1,0 +1,255 @@
+"""Export checks and model serving in the lab, for real (marked `lab`; needs a Docker engine).
+
+Runs after test_site.py in the same session (conftest.py orders it first), on the hosts that
+site.yml converged: every bookworm host (torch 2.13.0+cpu) serves the L6 model with Flask
+behind gunicorn, TorchServe 0.12.0 (Java from Debian) and Triton (the tritonserver that the
+nvidia-pytriton wheel bundles, on the CPU: nvcr.io is unreachable here). Alone, the module
+converges the lab with site.yml first.
+
+Nothing is simulated here but the lab's PCI devices: the exports, pip installs, the servers,
+the HTTP/gRPC requests and tritonclient are real. The opset-mismatch test installs a real old
+onnxruntime (1.16.3, opsets up to 19 by compat/data/onnx.yaml) beside the host's torch.
+
+Run: GPUPROV_LAB_NAME=h9 GPUPROV_LAB_KEEP=1 pytest -m lab -p no:randomly \
+    tests/lab/test_model_serving.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat import cli
+
+REPO = Path(__file__).resolve().parents[2]
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE
+)
+SMOKE = "/opt/gpuprov/smoke"
+PY = "/opt/gpuprov/venv/bin/python"
+SERVING = "/opt/gpuprov/serving"
+OLD_ORT = "/opt/gpuprov-test/ort-1.16.3"
+Lab = Any
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    return {
+        m.group(1): {
+            "changed": int(m.group(3)),
+            "unreachable": int(m.group(4)),
+            "failed": int(m.group(5)),
+        }
+        for m in RECAP.finditer(output)
+    }
+
+
+def timed(capsys: pytest.CaptureFixture[str], what: str, start: float) -> None:
+    with capsys.disabled():
+        print(f"\n[serving] {what}: {time.monotonic() - start:.1f}s")
+
+
+@pytest.fixture(scope="module")
+def torch_hosts(lab: Lab) -> list[str]:
+    hosts = sorted(h for h, hv in lab.hosts.items() if hv.get("lab_release") == "bookworm")
+    if not hosts:
+        pytest.skip("no bookworm host in this lab (torch needs Python 3.11)")
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def served(lab: Lab, torch_hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """The serving reports of the torch hosts; converges the lab first when run alone."""
+    probe = " && ".join(
+        f"systemctl is-active --quiet gpuprov-serve-{s}" for s in ("flask", "torchserve", "triton")
+    )
+    if any(lab.ssh(h, probe, check=False).returncode != 0 for h in torch_hosts):
+        run = lab.ansible_playbook(REPO / "playbooks" / "site.yml")
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    reports = {}
+    for host in torch_hosts:
+        path = REPO / "reports" / "serving" / f"{host}.json"
+        assert path.exists(), f"{path}: site.yml wrote no serving report"
+        reports[host] = json.loads(path.read_text(encoding="utf-8"))
+    return reports
+
+
+def l6(lab: Lab, host: str, env: str = "") -> dict[str, Any]:
+    cmd = f"{env} {PY} {SMOKE}/l6_export.py --allow-cpu --onnx-opsets {SMOKE}/onnx_opsets.json"
+    out = lab.ssh(host, cmd, check=False)
+    assert out.stdout.startswith("{"), out.stdout[-2000:] + out.stderr[-2000:]
+    verdict: dict[str, Any] = json.loads(out.stdout)
+    assert out.returncode == (1 if verdict["status"] == "fail" else 0)
+    return verdict
+
+
+def test_export_checks_pass_on_every_torch_host(
+    lab: Lab, torch_hosts: list[str], served: Any
+) -> None:
+    for host in torch_hosts:
+        v = l6(lab, host)
+        assert v["status"] == "pass (cpu)", (host, v["reason"])
+        checks = v["details"]["checks"]
+        for name in ("torchscript_trace", "torchscript_script", "onnx", "onnxsim", "onnxruntime"):
+            assert checks[name]["status"] == "pass", (host, name, checks[name])
+        assert (
+            checks["onnx"]["opset"] == 20
+        )  # torch 2.13's TorchScript exporter default (its wheel)
+        assert checks["onnxruntime"]["onnxruntime"] == "1.32.0"
+        assert checks["onnxruntime"]["providers"] == ["CPUExecutionProvider"]
+        assert checks["tensorrt"] == {
+            "status": "skipped",
+            "reason": "no CUDA device for torch on this host: TensorRT needs a GPU",
+        }
+        # The same verdict reached the fleet report through gpu_smoke (required in the lab).
+        smoke = json.loads((REPO / "reports" / "smoke" / f"{host}.json").read_text())
+        assert [x["status"] for x in smoke["layers"] if x["layer"] == "L6"] == ["pass (cpu)"]
+
+
+def test_an_opset_the_installed_onnxruntime_lacks_fails_naming_both_versions(
+    lab: Lab, torch_hosts: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = torch_hosts[0]
+    start = time.monotonic()
+    install = (
+        f"test -e {OLD_ORT}/onnxruntime/__init__.py || {PY} -m pip install --quiet "
+        f"--target {OLD_ORT} onnxruntime==1.16.3 numpy==1.26.4"
+    )
+    got = lab.ssh(host, install, check=False, timeout=900)
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    v = l6(lab, host, env=f"PYTHONPATH={OLD_ORT}")
+    timed(capsys, "old onnxruntime + L6", start)
+    assert v["status"] == "fail"
+    assert v["details"]["checks"]["onnxruntime"]["onnxruntime"] == "1.16.3"
+    assert (
+        "onnxruntime: ONNX opset 20 (exported by torch 2.13.0+cpu) is not supported by "
+        "onnxruntime 1.16.3, which runs opsets 7-19"
+    ) in v["reason"]
+    # The CLI answers the same question from the same data.
+    assert cli.main(["serving", "onnx", "--torch", "2.13.0+cpu", "--onnxruntime", "1.16.3"]) == 1
+    # Exported at an opset the old runtime runs, the same model passes.
+    ok = lab.ssh(
+        host,
+        f"PYTHONPATH={OLD_ORT} {PY} {SMOKE}/l6_export.py --allow-cpu --opset 17 "
+        f"--onnx-opsets {SMOKE}/onnx_opsets.json",
+        check=False,
+    )
+    assert json.loads(ok.stdout)["status"] == "pass (cpu)", ok.stdout[-2000:]
+
+
+def test_every_stack_answers_a_real_inference(
+    lab: Lab, torch_hosts: list[str], served: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for host in torch_hosts:
+        report = served[host]
+        with capsys.disabled():  # the median round trips, for the README: printed, never asserted
+            for e in report["endpoints"]:
+                print(f"\n[serving] {host} {e['stack']}: median {e['latency']['median_ms']} ms")
+        assert report["ok"] is True, report
+        assert sorted(e["stack"] for e in report["endpoints"]) == ["flask", "torchserve", "triton"]
+        for e in report["endpoints"]:
+            assert e["health"] == "ready", (host, e)
+            assert e["inference"]["ok"] is True, (host, e)
+            assert e["latency"]["requests"] == 20
+        ts = next(e for e in report["endpoints"] if e["stack"] == "torchserve")
+        assert ts["registered"] is True
+        assert ts["auth"] == "token"
+        sample = json.loads(lab.ssh(host, f"cat {SERVING}/model/sample.json").stdout)
+        body = shlex.quote(json.dumps({"inputs": sample["input"]}))
+        # Requests of the test's own, not the role's probe: Flask, TorchServe (with its key) and
+        # Triton through tritonclient.
+        flask = lab.ssh(
+            host,
+            f"curl -sf -H 'Content-Type: application/json' -d {body} http://127.0.0.1:5000/predict",
+        )
+        key = json.loads(lab.ssh(host, f"cat {SERVING}/torchserve/key_file.json").stdout)[
+            "inference"
+        ]["key"]
+        torchserve = lab.ssh(
+            host,
+            f"curl -sf -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' "
+            f"-d {body} http://127.0.0.1:8080/predictions/tiny",
+        )
+        refused = lab.ssh(
+            host,
+            f"curl -s -o /dev/null -w '%{{http_code}}' -d {body} http://127.0.0.1:8080/predictions/tiny",
+        )
+        assert refused.stdout in ("400", "401", "403"), refused.stdout
+        client = (
+            "import json, sys, numpy as np, tritonclient.http as tc; "
+            "c = tc.InferenceServerClient(url='127.0.0.1:8000'); "
+            "x = np.asarray(json.load(open(sys.argv[1]))['input'], dtype=np.float32); "
+            "i = tc.InferInput('x', list(x.shape), 'FP32'); i.set_data_from_numpy(x); "
+            "print(json.dumps(c.infer('tiny', [i]).as_numpy('y').tolist()))"
+        )
+        triton = lab.ssh(
+            host,
+            f"{SERVING}/triton/venv/bin/python -c {shlex.quote(client)} "
+            f"{SERVING}/model/sample.json",
+        )
+        for name, got in (
+            ("flask", json.loads(flask.stdout)["outputs"]),
+            ("torchserve", json.loads(torchserve.stdout)["outputs"]),
+            ("triton", json.loads(triton.stdout)),
+        ):
+            for row_got, row_want in zip(got, sample["output"], strict=True):
+                for g, w in zip(row_got, row_want, strict=True):
+                    assert abs(g - w) <= 1e-4 + 1e-4 * abs(w), (host, name, got, sample["output"])
+
+
+def test_triton_tag_needing_a_newer_driver_is_refused_in_preflight(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu_hosts = [
+        h for h in lab.groups.get("gpu_k40m", []) if lab.hosts[h]["lab_release"] == "bookworm"
+    ]
+    if not gpu_hosts:
+        pytest.skip("no bookworm K40m host in this lab")
+    host = gpu_hosts[0]
+    before = lab.ssh(host, "ls /etc/systemd/system/ | grep gpuprov-serve; true").stdout
+    start = time.monotonic()
+    run = lab.ansible_playbook(
+        REPO / "playbooks" / "plan.yml",
+        str(REPO / "playbooks" / "serving.yml"),
+        "--limit",
+        host,
+        "-e",
+        '{"model_serving_stacks": ["triton"], "model_serving_triton_method": "container", '
+        '"model_serving_triton_tag": "24.04"}',
+    )
+    timed(capsys, "Triton preflight refusal", start)
+    out = " ".join(run.stdout.split())
+    assert run.returncode != 0, run.stdout[-4000:]
+    plan = json.loads((REPO / "reports" / "plan" / f"{host}.json").read_text())
+    branch = plan["plan"]["driver"]["branch"]
+    assert branch == 470  # the K40m's last branch (compat/data/architectures.yaml: Kepler)
+    assert (
+        "tritonserver:24.04 (CUDA 12.4.1) needs driver branch >= 545; "
+        f"this host's branch is {branch}"
+    ) in out, run.stdout[-4000:]
+    assert "tritonserver:24.04 needs compute capability >= 6.0; this host has a 3.5 GPU" in out
+    assert recap(run.stdout)[host]["changed"] == 0
+    assert lab.ssh(host, "ls /etc/systemd/system/ | grep gpuprov-serve; true").stdout == before
+
+
+def test_check_mode_on_the_converged_hosts_changes_nothing(
+    lab: Lab, torch_hosts: list[str], served: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start = time.monotonic()
+    run = lab.ansible_playbook(
+        REPO / "playbooks" / "plan.yml",
+        str(REPO / "playbooks" / "serving.yml"),
+        "--check",
+        "--diff",
+    )
+    timed(capsys, "serving.yml --check", start)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    for host in torch_hosts:
+        assert recap(run.stdout)[host] == {"changed": 0, "unreachable": 0, "failed": 0}, run.stdout[
+            -6000:
+        ]
