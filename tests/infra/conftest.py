@@ -129,6 +129,16 @@ def toolkit_vars(host: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
+def jupyterlab_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "jupyterlab")
+
+
+@pytest.fixture
+def object_storage_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "object_storage")
+
+
+@pytest.fixture
 def daemon_json(host: Any) -> dict[str, Any]:
     path = "/etc/docker/daemon.json"
     with as_root(host):
