@@ -6,6 +6,8 @@
 Reads what the playbooks wrote on the controller:
   <DIR>/plan/<host>.json   playbooks/plan.yml  ({host, gpu_info, plan})
   <DIR>/smoke/<host>.json  playbooks/smoke.yml ({host, ok, required, not_passed, layers})
+  <DIR>/notebook/<host>.json, <DIR>/storage/<host>.json  playbooks/notebook.yml and
+                           playbooks/storage.yml (the "environment" section; never a token)
 and writes <DIR>/fleet.json, <DIR>/fleet.md (and <DIR>/fleet.html with --html), then
 prints a summary table.
 
@@ -118,6 +120,7 @@ def build(reports: Path) -> dict[str, Any]:
     rows = [host_row(h, plans.get(h), smokes.get(h)) for h in hosts]
     return {
         "hosts": rows,
+        "environment": environment_rows(reports),
         "summary": {
             "hosts": len(rows),
             "ok": sum(1 for r in rows if r["ok"]),
@@ -125,6 +128,54 @@ def build(reports: Path) -> dict[str, Any]:
             "not_smoked": [r["host"] for r in rows if not r["smoked"]],
         },
     }
+
+
+def environment_rows(reports: Path) -> list[dict[str, Any]]:
+    """Per host: the notebook URL to tunnel to, the kernel's torch/CUDA, each storage verdict.
+
+    Only these named fields are copied from reports/notebook and reports/storage (no token
+    is ever in them, and none could pass through here).
+    """
+    notebooks, storages = load_dir(reports / "notebook"), load_dir(reports / "storage")
+    rows = []
+    for host in sorted(set(notebooks) | set(storages)):
+        nb = notebooks.get(host) or {}
+        profiles = list((storages.get(host) or {}).get("profiles") or [])
+        rows.append(
+            {
+                "host": host,
+                "notebook": nb.get("verdict"),
+                "url": nb.get("url"),
+                "tunnel": nb.get("tunnel"),
+                "kernel": nb.get("display_name"),
+                "kernel_torch": nb.get("torch"),
+                "kernel_cuda": nb.get("cuda"),
+                "cuda_available": nb.get("cuda_available"),
+                "storage": {str(p.get("profile")): str(p.get("verdict")) for p in profiles},
+                "storage_reasons": [
+                    str(p["reason"]) for p in profiles if p.get("verdict") != "pass"
+                ],
+            }
+        )
+    return rows
+
+
+def environment_table(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    out = [["host", "notebook", "url (tunnel to it)", "kernel", "torch", "cuda", "storage"]]
+    for r in rows:
+        storage = ", ".join(f"{k} {v}" for k, v in r["storage"].items())
+        out.append(
+            [
+                r["host"],
+                str(r["notebook"] or "-"),
+                str(r["url"] or "-"),
+                str(r["kernel"] or "-"),
+                str(r["kernel_torch"] or "-"),
+                str(r["kernel_cuda"] or "none"),
+                storage or "-",
+            ]
+        )
+    return out
 
 
 def cell(row: Mapping[str, Any], layer: str) -> str:
@@ -184,6 +235,11 @@ def render_md(fleet: Mapping[str, Any]) -> str:
             )
             line = f"- **{host}** {v['layer']} {v['status']}: {v['reason']}"
             out.append(line + (f" (hint: `{hint}`)" if hint else ""))
+    env = environment_table(fleet.get("environment") or [])
+    if len(env) > 1:
+        out += ["", "## Notebooks and storage", "", "| " + " | ".join(env[0]) + " |"]
+        out.append("|" + "---|" * len(env[0]))
+        out.extend("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in env[1:])
     return "\n".join(out) + "\n"
 
 
@@ -221,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.reports / "fleet.html").write_text(render_html(fleet), encoding="utf-8")
     if not args.quiet:
         sys.stdout.write(render_text(table(fleet)))
+        if fleet["environment"]:
+            sys.stdout.write("\n" + render_text(environment_table(fleet["environment"])))
         s = fleet["summary"]
         sys.stdout.write(f"\n{s['ok']}/{s['hosts']} hosts ok; reports in {args.reports}\n")
     s = fleet["summary"]
