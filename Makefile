@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 INV ?= inventories/lab/hosts.yml
 LAB ?= gpuprov
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# The lab's throwaway vault password (scripts/lab/s3lab.py), once `lab-up` made it
+# (expanded when the recipe runs).
+LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-file .lab/$(LAB)/vault-password)
 
 .PHONY: help venv deps lint unit test test-lab lab lab-up lab-down lab-status site report check \
         syntax \
@@ -34,6 +37,7 @@ lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellch
 	$(BIN)/mypy plugins/action
 	cd scripts/smoke && ../../$(BIN)/mypy --config-file ../../pyproject.toml .
 	shellcheck .ci/run scripts/*.sh scripts/lab/*.sh
+	$(BIN)/python scripts/secret_scan.py
 
 syntax: deps  ## --syntax-check every playbook against the example inventory
 	for p in playbooks/*.yml; do \
@@ -51,7 +55,7 @@ lab-up: deps  ## bring the built-in lab up (Debian 12/13 hosts with simulated GP
 	$(BIN)/python scripts/lab.py --lab $(LAB) up
 
 site: deps  ## provision the lab (or INV=...) with playbooks/site.yml
-	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml
+	$(BIN)/ansible-playbook -i $(INV) $(LAB_VAULT) playbooks/site.yml
 
 report: venv  ## print the fleet report from reports/
 	$(BIN)/python scripts/report.py --reports reports
@@ -65,7 +69,7 @@ lab-status: venv  ## table of the lab's hosts
 	$(BIN)/python scripts/lab.py --lab $(LAB) status
 
 check: deps  ## --check --diff against INV
-	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml --check --diff
+	$(BIN)/ansible-playbook -i $(INV) $(LAB_VAULT) playbooks/site.yml --check --diff
 
 bench: venv  ## speed ratios (CLI start-up vs bare Python)
 	$(BIN)/python -m compileall -q compat

@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 LAB_FILES = REPO / "scripts" / "lab"
 sys.path.insert(0, str(LAB_FILES))
 import aptrepo  # noqa: E402  (scripts/lab/aptrepo.py: the stand-in toolkit repository)
+import s3lab  # noqa: E402  (scripts/lab/s3lab.py: the S3 stand-in and the lab's throwaway vault)
 
 PROFILES_FILE = LAB_FILES / "profiles.yaml"
 RECIPE_FILE = LAB_FILES / "image-recipe.sh"
@@ -1114,6 +1115,16 @@ def ensure_mirror(docker: Docker, paths: LabPaths, image: str) -> str:
     return mirror_url(address)
 
 
+def ensure_s3(docker: Docker, paths: LabPaths, network: str, image: str) -> dict[str, Any]:
+    """The S3 stand-in (moto, signatures checked) and the lab's vault (scripts/lab/s3lab.py)."""
+    try:
+        return s3lab.ensure(
+            docker, paths.name, paths.state_dir, paths.inventory.parent, network, image
+        )
+    except (s3lab.S3LabError, subprocess.CalledProcessError) as exc:
+        raise LabError(f"{s3lab.s3_name(paths.name)}: {exc}") from exc
+
+
 def remove_mirror(docker: Docker, lab: str) -> None:
     ids = docker.out(["ps", "-aq", "--filter", f"label={MIRROR_LABEL}={lab}"]).split()
     if ids:
@@ -1179,6 +1190,7 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
         docker.run(["network", "create", "--label", f"{LABEL}={paths.name}", net])
         log(f"network {net}: created")
     repo_url = ensure_mirror(docker, paths, images[MIRROR_RELEASE])
+    s3_vars = ensure_s3(docker, paths, net, images[MIRROR_RELEASE])
 
     existing = {c["Name"].lstrip("/"): c for c in lab_containers(docker, paths.name)}
     wanted = {container_name(paths.name, h.name) for h in hosts}
@@ -1255,6 +1267,7 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
         network_gateway(docker, net),
         repo_url,
     )
+    inventory["all"]["children"]["lab"]["vars"].update(s3_vars)
     inv_changed = write_if_changed(paths.inventory, dump_inventory(inventory, paths.name))
     state = {
         "lab": paths.name,
@@ -1288,6 +1301,7 @@ def cmd_down(args: argparse.Namespace, paths: LabPaths) -> int:
         docker.run(["rm", "-f", "-v", name])
         log(f"{name}: removed")
     remove_mirror(docker, paths.name)
+    s3lab.remove(docker, paths.name)
     volumes = docker.out(["volume", "ls", "-q", "--filter", f"label={LABEL}={paths.name}"]).split()
     if volumes:
         docker.run(["volume", "rm", "-f", *volumes])
