@@ -91,7 +91,12 @@ def roundtrip(profile: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
             except botocore.exceptions.ClientError as exc:
                 if exc.response["Error"]["Code"] not in ("404", "NoSuchBucket"):
                     raise
-                s3.create_bucket(Bucket=bucket)
+                region = profile.get("region") or "us-east-1"
+                # S3 wants the region named for any bucket outside us-east-1.
+                where = {} if region == "us-east-1" else {"LocationConstraint": region}
+                s3.create_bucket(
+                    Bucket=bucket, **({"CreateBucketConfiguration": where} if where else {})
+                )
         result["step"] = "put"
         s3.put_object(Bucket=bucket, Key=key, Body=body)
         result["step"] = "get"
