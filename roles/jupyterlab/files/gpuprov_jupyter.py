@@ -171,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         roundtrip(args.url, args.kernel, token, args.cafile, args.timeout, result)
     except Exception as exc:  # any failure becomes one line in the document, never a traceback
-        detail = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        detail: object = exc
+        if isinstance(exc, urllib.error.HTTPError):
+            detail = f"HTTP {exc.code} {exc.reason}"
+        elif isinstance(exc, urllib.error.URLError):
+            detail = exc.reason
         result.update({"ok": False, "error": f"{type(exc).__name__}: {detail}"})
     print(json.dumps(result))
     return 0 if result.get("ok") else 1
