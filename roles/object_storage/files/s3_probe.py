@@ -86,11 +86,16 @@ def roundtrip(profile: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
     try:
         if profile.get("create_bucket"):
             result["step"] = "create bucket"
+            missing = False
             try:
                 s3.head_bucket(Bucket=bucket)
             except botocore.exceptions.ClientError as exc:
-                if exc.response["Error"]["Code"] not in ("404", "NoSuchBucket"):
+                code = exc.response["Error"]["Code"]
+                # A 403 on HEAD has no body to say why: the put below names the refusal.
+                if code not in ("403", "404", "NoSuchBucket"):
                     raise
+                missing = code != "403"
+            if missing:
                 region = profile.get("region") or "us-east-1"
                 # S3 wants the region named for any bucket outside us-east-1.
                 where = {} if region == "us-east-1" else {"LocationConstraint": region}
