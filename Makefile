@@ -9,6 +9,9 @@ INV ?= $(if $(filter gpuprov,$(LAB)),inventories/lab/hosts.yml,.lab/$(LAB)/hosts
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # The venv's tools first (ansible-lint warns when it has to add its own bin/ to PATH).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# The lab's throwaway vault password (scripts/gpuprov_lab/s3lab.py), once `lab-up` made it
+# (expanded when the recipe runs).
+LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-file .lab/$(LAB)/vault-password)
 
 .PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
         lab-status site report check syntax \
@@ -45,6 +48,7 @@ lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellch
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy  # once: compat, scripts (smoke, lab), plugins (pyproject.toml [tool.mypy])
 	shellcheck .ci/run scripts/*.sh scripts/lab/*.sh
+	$(BIN)/python scripts/secret_scan.py
 
 # The example fleet has no cpu_nodes group: a syntax check needs no host to match.
 syntax: deps  ## --syntax-check every playbook against the example inventory
@@ -75,7 +79,7 @@ lab-site: deps  ## site.yml on the lab: one line per play, full log in .lab/LAB/
 	$(BIN)/python scripts/lab.py --lab $(LAB) site
 
 site: deps  ## provision the lab (or INV=...) with playbooks/site.yml
-	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml
+	$(BIN)/ansible-playbook -i $(INV) $(LAB_VAULT) playbooks/site.yml
 
 report: venv  ## print the fleet report of INV's hosts from reports/
 	$(BIN)/python scripts/report.py --reports reports --inventory $(INV)
@@ -94,7 +98,7 @@ lab-status: venv  ## table of the lab's hosts
 	$(BIN)/python scripts/lab.py --lab $(LAB) status
 
 check: deps  ## --check --diff against INV
-	$(BIN)/ansible-playbook -i $(INV) playbooks/site.yml --check --diff
+	$(BIN)/ansible-playbook -i $(INV) $(LAB_VAULT) playbooks/site.yml --check --diff
 
 bench: venv  ## speed ratios (CLI start-up vs bare Python)
 	$(BIN)/python -m compileall -q compat

@@ -7,6 +7,8 @@ Reads what the playbooks wrote on the controller:
   <DIR>/plan/<host>.json   playbooks/plan.yml  ({host, gpu_info, plan})
   <DIR>/smoke/<host>.json  playbooks/smoke.yml ({host, ok, required, not_passed, layers,
                            driver, torch_expected})
+  <DIR>/notebook/<host>.json, <DIR>/storage/<host>.json  playbooks/notebook.yml and
+                           playbooks/storage.yml (the "environment" section; never a token)
 and writes <DIR>/fleet.json, <DIR>/fleet.md (and <DIR>/fleet.html with --html), then
 prints a summary: a headline (hosts that passed their required layers, and the ones that
 did not with why), the required layers, a table, notes and warnings.
@@ -246,6 +248,7 @@ def build(reports: Path, hosts: Sequence[str] | None = None) -> dict[str, Any]:
     return {
         "hosts": rows,
         "required": {k: required[k] for k in LAYERS if k in required},
+        "environment": environment_rows(reports, current),
         "summary": {
             "hosts": len(rows),
             "ok": sum(1 for r in rows if r["ok"]),
@@ -273,6 +276,55 @@ def required_line(fleet: Mapping[str, Any]) -> str:
         for layer, hosts in fleet["required"].items()
     ]
     return "required layers: " + ("; ".join(parts) if parts else "none")
+
+
+def environment_rows(reports: Path, hosts: Sequence[str]) -> list[dict[str, Any]]:
+    """Per host of `hosts`: the notebook URL to tunnel to, the kernel's torch/CUDA, each
+    storage verdict.
+
+    Only these named fields are copied from reports/notebook and reports/storage (no token
+    is ever in them, and none could pass through here).
+    """
+    notebooks, storages = load_dir(reports / "notebook"), load_dir(reports / "storage")
+    rows = []
+    for host in sorted((set(notebooks) | set(storages)) & set(hosts)):
+        nb = notebooks.get(host) or {}
+        profiles = list((storages.get(host) or {}).get("profiles") or [])
+        rows.append(
+            {
+                "host": host,
+                "notebook": nb.get("verdict"),
+                "url": nb.get("url"),
+                "tunnel": nb.get("tunnel"),
+                "kernel": nb.get("display_name"),
+                "kernel_torch": nb.get("torch"),
+                "kernel_cuda": nb.get("cuda"),
+                "cuda_available": nb.get("cuda_available"),
+                "storage": {str(p.get("profile")): str(p.get("verdict")) for p in profiles},
+                "storage_reasons": [
+                    str(p["reason"]) for p in profiles if p.get("verdict") != "pass"
+                ],
+            }
+        )
+    return rows
+
+
+def environment_table(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    out = [["host", "notebook", "url (tunnel to it)", "kernel", "torch", "cuda", "storage"]]
+    for r in rows:
+        storage = ", ".join(f"{k} {v}" for k, v in r["storage"].items())
+        out.append(
+            [
+                r["host"],
+                str(r["notebook"] or "-"),
+                str(r["url"] or "-"),
+                str(r["kernel"] or "-"),
+                str(r["kernel_torch"] or "-"),
+                str(r["kernel_cuda"] or "none"),
+                storage or "-",
+            ]
+        )
+    return out
 
 
 def cell(row: Mapping[str, Any], layer: str) -> str:
@@ -360,6 +412,11 @@ def render_md(fleet: Mapping[str, Any]) -> str:
         for host, v, hint in problems(fleet):
             line = f"- **{host}** {v.get('layer')} {v.get('status')}: {v.get('reason')}"
             out.append(line + (f" (hint: `{hint}`)" if hint else ""))
+    env = environment_table(fleet.get("environment") or [])
+    if len(env) > 1:
+        out += ["", "## Notebooks and storage", "", "| " + " | ".join(env[0]) + " |"]
+        out.append("|" + "---|" * len(env[0]))
+        out.extend("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in env[1:])
     return "\n".join(out) + "\n"
 
 
@@ -463,6 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(render_text(fleet))
         if fleet["serving"]:
             sys.stdout.write("\nServing\n" + render_serving(fleet["serving"]))
+        if fleet["environment"]:
+            env = environment_table(fleet["environment"])
+            sys.stdout.write("\nNotebooks and storage\n" + "\n".join(aligned(env)) + "\n")
         sys.stdout.write(f"reports in {args.reports} (fleet.md, fleet.json)\n")
     s = fleet["summary"]
     return 0 if not s["failed"] and not s["not_smoked"] else 1

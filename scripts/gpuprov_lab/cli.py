@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gpuprov_lab import s3lab
 from gpuprov_lab.common import (
     DEFAULT_CA_BUNDLE,
     DEFAULT_LAB,
@@ -46,6 +47,7 @@ from gpuprov_lab.hosts import (
     docker_volume_name,
     ensure_key,
     ensure_mirror,
+    ensure_s3,
     find_wheelhouse,
     forget_cached_facts,
     mirror_name,
@@ -135,6 +137,7 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
         docker.run(["network", "create", "--label", f"{LABEL}={paths.name}", net])
         log(f"network {net}: created")
     repo_url = ensure_mirror(docker, paths, images[MIRROR_RELEASE])
+    s3_vars = ensure_s3(docker, paths, net, images[MIRROR_RELEASE])
 
     existing = {c["Name"].lstrip("/"): c for c in lab_containers(docker, paths.name)}
     wanted = {container_name(paths.name, h.name) for h in hosts}
@@ -219,6 +222,7 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
         network_gateway(docker, net),
         repo_url,
     )
+    inventory["all"]["children"]["lab"]["vars"].update(s3_vars)
     inv_changed = write_if_changed(paths.inventory, dump_inventory(inventory, paths.name))
     state = {
         "lab": paths.name,
@@ -252,6 +256,7 @@ def cmd_down(args: argparse.Namespace, paths: LabPaths) -> int:
         docker.run(["rm", "-f", "-v", name])
         log(f"{name}: removed")
     remove_mirror(docker, paths.name)
+    s3lab.remove(docker, paths.name)
     images = docker.out(
         ["images", "-q", "--filter", f"label={STATE_IMAGE_LABEL}={paths.name}"]
     ).split()

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuprov_lab import aptrepo
+from gpuprov_lab import aptrepo, s3lab
 from gpuprov_lab.common import (
     CONTAINER_SSH_PORT,
     HOST_CA_DIR,
@@ -338,6 +338,16 @@ def find_wheelhouse(arg: str | None) -> Path | None:
         if path.is_dir() and any(path.glob("*.whl")):
             return path
     return None
+
+
+def ensure_s3(docker: Docker, paths: LabPaths, network: str, image: str) -> dict[str, Any]:
+    """The S3 stand-in (moto, signatures checked) and the lab's vault (gpuprov_lab/s3lab.py)."""
+    try:
+        return s3lab.ensure(
+            docker, paths.name, paths.state_dir, paths.inventory.parent, network, image
+        )
+    except (s3lab.S3LabError, subprocess.CalledProcessError) as exc:
+        raise LabError(f"{s3lab.s3_name(paths.name)}: {exc}") from exc
 
 
 def ensure_mirror(docker: Docker, paths: LabPaths, image: str) -> str:

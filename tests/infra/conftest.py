@@ -134,6 +134,16 @@ def serving_vars(host: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
+def jupyterlab_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "jupyterlab")
+
+
+@pytest.fixture
+def object_storage_vars(host: Any) -> dict[str, Any]:
+    return role_vars(host, "object_storage")
+
+
+@pytest.fixture
 def daemon_json(host: Any) -> dict[str, Any]:
     path = "/etc/docker/daemon.json"
     with as_root(host):

@@ -169,6 +169,9 @@ def lab() -> Iterator[Lab]:
     )
     if up.returncode != 0:
         pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    vault_password = REPO / ".lab" / name / "vault-password"
+    if vault_password.exists():  # the lab's throwaway vault (scripts/gpuprov_lab/s3lab.py)
+        os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(vault_password))
     host_vars, groups = _read_inventory(inventory)
     try:
         yield Lab(name, inventory, host_vars, groups)

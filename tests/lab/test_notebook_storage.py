@@ -1,0 +1,389 @@
+"""Notebooks and object storage in the lab (issue 12), on the converged lab.
+
+The lab's hosts get JupyterLab in their torch venv (bookworm; trixie has no torch env and no
+notebook server) and S3 clients configured for the lab's S3 stand-in: moto's server with
+signature checks (scripts/gpuprov_lab/s3lab.py), whose key pairs and a notebook token sit in
+the lab's throwaway vault. Nothing here is simulated: real pip installs, systemd, JupyterLab, kernels,
+boto3/awscli against a real server that refuses wrong signatures.
+
+This module reuses the state test_site.py converged (it runs first in a session); run alone
+(`-k notebook_storage`), it converges site.yml once when the lab is not converged yet.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+from lab import ssh_argv  # noqa: E402  (the lab's SSH command line)
+
+Lab = Any  # tests/lab/conftest.py's Lab
+PLAYS = ("playbooks/notebook.yml", "playbooks/storage.yml")
+HELPER = "/etc/jupyterlab/gpuprov_jupyter.py"
+VENV_PY = "/opt/gpuprov/venv/bin/python"
+RECAP_RE = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)",
+    re.MULTILINE,
+)
+# What the lab pins (inventories/lab/group_vars/all/pytorch.yml), read as data here.
+LAB_PYTORCH = yaml.safe_load((REPO / "inventories/lab/group_vars/all/pytorch.yml").read_text())
+
+# Runs on a host with the secrets on stdin (JSON list); prints where any of them appears:
+# a process's argv, the journal, or a world-readable file under the listed trees.
+LEAK_SCAN = r"""
+import json, os, stat, subprocess, sys
+secrets = [s.encode() for s in json.load(sys.stdin) if s]
+hits = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            argv = open("/proc/%s/cmdline" % pid, "rb").read()
+        except OSError:
+            continue
+        if any(s in argv for s in secrets):
+            hits.append("argv of pid " + pid)
+journal = subprocess.run(["journalctl", "--no-pager", "-o", "cat"], capture_output=True).stdout
+if any(s in journal for s in secrets):
+    hits.append("journal")
+for top in ["/etc", "/srv", "/var/lib", "/var/log", "/home", "/run", "/tmp", "/opt", "/root"]:
+    for root, dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IROTH:
+                    continue
+                if st.st_size > 64 * 1024 * 1024:
+                    continue
+                data = open(path, "rb").read()
+            except OSError:
+                continue
+            if any(s in data for s in secrets):
+                hits.append("world-readable " + path)
+print(json.dumps(hits))
+"""
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """host -> counters summed over every PLAY RECAP (one per playbook given)."""
+    sections = stdout.split("PLAY RECAP")[1:]
+    assert sections, stdout[-3000:]
+    total: dict[str, dict[str, int]] = {}
+    for section in sections:
+        for m in RECAP_RE.finditer(section):
+            counters = total.setdefault(m["host"], {"changed": 0, "unreachable": 0, "failed": 0})
+            for key in counters:
+                counters[key] += int(m[key])
+    return total
+
+
+def host_run(
+    lab: Lab, host: str, command: str, stdin: str = "", timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """A command on a lab host with data on stdin (secrets never go into argv)."""
+    return subprocess.run(
+        ssh_argv(lab.hosts[host], command),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+
+
+def lab_vault(lab: Lab) -> dict[str, Any]:
+    """The lab's vaulted secrets, decrypted with its throwaway password (gpuprov_lab/s3lab.py)."""
+    vault = lab.inventory.parent / "group_vars" / "all" / "vault"
+    password = REPO / ".lab" / lab.name / "vault-password"
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-vault"),
+            "view",
+            "--vault-password-file",
+            str(password),
+            str(vault),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data: dict[str, Any] = yaml.safe_load(proc.stdout)
+    return data
+
+
+@pytest.fixture(scope="module")
+def torch_hosts(lab: Lab) -> list[str]:
+    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("lab_release") == "bookworm"]
+    if not hosts:
+        pytest.skip("no bookworm host in this lab: no torch environment, no notebook server")
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def secrets(lab: Lab) -> dict[str, Any]:
+    return lab_vault(lab)
+
+
+@pytest.fixture(scope="module")
+def env_converged(
+    lab: Lab, torch_hosts: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The lab with notebook and storage converged; site.yml runs only when it is not."""
+    probe = "systemctl is-active --quiet jupyterlab && test -x /opt/gpuprov/tools-venv/bin/aws"
+    if not all(host_run(lab, h, probe).returncode == 0 for h in torch_hosts):
+        reports = tmp_path_factory.mktemp("site-reports")
+        proc = lab.ansible_playbook("playbooks/site.yml", "-e", f"gpuprov_report_dir={reports}")
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    return tmp_path_factory.mktemp("env-reports")
+
+
+@pytest.fixture(scope="module")
+def second_run(lab: Lab, env_converged: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """notebook.yml + storage.yml once more: must change nothing, and re-verifies both."""
+    proc = lab.ansible_playbook(*PLAYS, "-e", f"gpuprov_report_dir={env_converged}")
+    return proc, env_converged
+
+
+def test_second_run_changes_nothing_and_verifies(
+    lab: Lab, second_run: tuple[subprocess.CompletedProcess[str], Path], torch_hosts: list[str]
+) -> None:
+    proc, _ = second_run
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    counters = recap(proc.stdout)
+    assert sorted(counters) == sorted(lab.groups["lab"])
+    for host, c in counters.items():
+        assert c == {"changed": 0, "unreachable": 0, "failed": 0}, (host, c)
+    # The role's own verification ran on every torch host (REST health + kernel round trip).
+    assert proc.stdout.count('kernel "PyTorch 2.13.0 (CPU)" answered torch 2.13.0+cpu') == len(
+        torch_hosts
+    ), proc.stdout[-4000:]
+
+
+def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
+    lab: Lab,
+    second_run: tuple[subprocess.CompletedProcess[str], Path],
+    torch_hosts: list[str],
+    secrets: dict[str, Any],
+) -> None:
+    _, reports = second_run
+    for host in torch_hosts:
+        raw = (reports / "notebook" / f"{host}.json").read_text()
+        nb = json.loads(raw)
+        assert nb["verdict"] == "pass", nb
+        assert nb["url"] == "http://127.0.0.1:8888/lab"
+        assert nb["tunnel"].startswith("ssh -N -L 8888:127.0.0.1:8888 ")
+        assert (nb["display_name"], nb["torch"], nb["cuda"], nb["cuda_available"]) == (
+            "PyTorch 2.13.0 (CPU)",
+            "2.13.0+cpu",
+            None,
+            False,
+        )
+        assert secrets["vault_jupyterlab_token"] not in raw
+    for host in lab.groups["lab"]:
+        raw = (reports / "storage" / f"{host}.json").read_text()
+        doc = json.loads(raw)
+        assert {p["profile"]: p["verdict"] for p in doc["profiles"]} == {
+            "lab-a": "pass",
+            "lab-b": "pass",
+        }, doc
+        for keys in secrets["vault_lab_s3_keys"].values():
+            assert keys["secret_key"] not in raw
+            assert keys["access_key"] not in raw
+
+
+def test_kernel_round_trip(
+    lab: Lab, env_converged: Path, torch_hosts: list[str], secrets: dict[str, Any]
+) -> None:
+    """The helper, driven from here: REST with the token, a kernel through the server."""
+    expected = f"{LAB_PYTORCH['pytorch_torch_version']}+{LAB_PYTORCH['pytorch_variant']}"
+    for host in torch_hosts:
+        installed = host_run(lab, host, f"{VENV_PY} -c 'import torch; print(torch.__version__)'")
+        assert installed.stdout.strip() == expected, installed
+        proc = host_run(
+            lab,
+            host,
+            f"{VENV_PY} {HELPER} roundtrip --url http://127.0.0.1:8888 --kernel gpuprov-torch",
+            stdin=secrets["vault_jupyterlab_token"] + "\n",
+        )
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == 0, doc
+        assert (doc["output"], doc["torch"], doc["cuda_available"]) == (
+            f"{expected} False",
+            expected,
+            False,
+        )
+        assert doc["display_name"] == "PyTorch 2.13.0 (CPU)"
+        # The token is really checked: a wrong one is refused at the health step.
+        wrong = host_run(
+            lab,
+            host,
+            f"{VENV_PY} {HELPER} roundtrip --url http://127.0.0.1:8888 --kernel gpuprov-torch",
+            stdin="x" * 48 + "\n",
+        )
+        bad = json.loads(wrong.stdout)
+        assert wrong.returncode == 1, bad
+        assert bad["step"] == "health", bad
+        assert "Forbidden" in bad["error"], bad
+
+
+def _state(lab: Lab, host: str) -> str:
+    return host_run(
+        lab,
+        host,
+        "sha256sum /etc/jupyterlab/* /etc/systemd/system/jupyterlab.service 2>&1; "
+        "systemctl show -p ActiveEnterTimestamp,MainPID jupyterlab",
+    ).stdout
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("", "jupyterlab_token is empty"),
+        ("Zq3-9xLw_Pp0t8Rk", "jupyterlab_token is 16 characters long; the minimum is 32"),
+        ("changeme", "jupyterlab_token is a known placeholder, not a secret"),
+    ],
+    ids=["empty", "short", "placeholder"],
+)
+def test_bad_token_refused_before_any_change(
+    lab: Lab,
+    env_converged: Path,
+    torch_hosts: list[str],
+    token: str,
+    reason: str,
+    tmp_path: Path,
+) -> None:
+    host = torch_hosts[0]
+    before = _state(lab, host)
+    extra = tmp_path / "token.json"
+    extra.write_text(json.dumps({"jupyterlab_token": token}))
+    proc = lab.ansible_playbook(PLAYS[0], "--limit", host, "-e", f"@{extra}")
+    assert proc.returncode != 0
+    assert reason in proc.stdout, proc.stdout[-3000:]
+    assert "Nothing was changed." in proc.stdout
+    assert recap(proc.stdout)[host]["changed"] == 0
+    assert _state(lab, host) == before
+
+
+def _profiles(
+    lab: Lab, host: str, secrets: dict[str, Any], **override: str
+) -> list[dict[str, Any]]:
+    hv = lab.hosts[host]
+    out = []
+    for name, spec in hv["lab_s3_profiles"].items():
+        keys = secrets["vault_lab_s3_keys"][name]
+        out.append(
+            {
+                "name": name,
+                "endpoint_url": hv["lab_s3_endpoint"],
+                "region": spec["region"],
+                "addressing_style": "path",
+                "verify_tls": True,
+                "ca_bundle": "",
+                "access_key": keys["access_key"],
+                "secret_key": keys["secret_key"],
+                "probe_bucket": spec["bucket"],
+                "create_bucket": True,
+            }
+        )
+    out[0].update(override)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("override", "code"),
+    [
+        ({"secret_key": "Wr0ng" * 8}, "SignatureDoesNotMatch"),
+        ({"access_key": "AKIA" + "WRONGWRONGWRONG2"}, "InvalidAccessKeyId"),
+    ],
+    ids=["wrong-secret", "unknown-key"],
+)
+def test_wrong_key_pair_fails_with_one_clear_line(
+    lab: Lab,
+    env_converged: Path,
+    secrets: dict[str, Any],
+    override: dict[str, str],
+    code: str,
+    tmp_path: Path,
+) -> None:
+    host = lab.groups["lab"][0]
+    extra = tmp_path / "profiles.json"
+    extra.write_text(
+        json.dumps({"object_storage_profiles": _profiles(lab, host, secrets, **override)})
+    )
+    proc = lab.ansible_playbook(
+        PLAYS[1],
+        "--limit",
+        host,
+        "--tags",
+        "object_storage_preflight,object_storage_verify",
+        "-e",
+        f"@{extra}",
+        "-e",
+        f"gpuprov_report_dir={tmp_path}",
+    )
+    assert proc.returncode != 0
+    endpoint = lab.hosts[host]["lab_s3_endpoint"]
+    line = f"profile lab-a at {endpoint}: key pair refused during "
+    assert line in proc.stdout, proc.stdout[-3000:]
+    assert f"({code}: " in proc.stdout
+    assert "object_storage_profiles entry 'lab-a' (Vault)" in proc.stdout
+    assert "Traceback" not in proc.stdout
+    # The other profile still passed, and the verdict file says which one failed.
+    verdicts = json.loads((tmp_path / "storage" / f"{host}.json").read_text())["profiles"]
+    assert [(v["profile"], v["verdict"]) for v in verdicts] == [
+        ("lab-a", "fail"),
+        ("lab-b", "pass"),
+    ]
+    if "secret_key" in override:
+        assert override["secret_key"] not in proc.stdout
+
+
+def test_awscli_as_the_user_uses_the_written_profiles(lab: Lab, env_converged: Path) -> None:
+    """~/.aws as written works with the real awscli, per profile (path-style, region)."""
+    for host in lab.groups["lab"]:
+        for profile, spec in lab.hosts[host]["lab_s3_profiles"].items():
+            proc = host_run(
+                lab,
+                host,
+                f"sudo -u gpuprov-data -H aws --profile {profile} s3api head-bucket "
+                f"--bucket {spec['bucket']} && echo ok",
+            )
+            assert proc.stdout.strip().splitlines()[-1] == "ok", (host, profile, proc.stderr)
+        boto = host_run(lab, host, f"test ! -x {VENV_PY} || {VENV_PY} -c 'import boto3'")
+        assert boto.returncode == 0, boto.stderr
+
+
+def test_check_mode_of_both_roles_changes_nothing(
+    lab: Lab, env_converged: Path, secrets: dict[str, Any]
+) -> None:
+    proc = lab.ansible_playbook(*PLAYS, "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for host, c in recap(proc.stdout).items():
+        assert c == {"changed": 0, "unreachable": 0, "failed": 0}, (host, c)
+    assert secrets["vault_jupyterlab_token"] not in proc.stdout
+
+
+def test_no_secret_in_argv_journal_or_world_readable_file(
+    lab: Lab, env_converged: Path, secrets: dict[str, Any]
+) -> None:
+    values = [secrets["vault_jupyterlab_token"]] + [
+        k["secret_key"] for k in secrets["vault_lab_s3_keys"].values()
+    ]
+    for host in lab.groups["lab"]:
+        proc = host_run(lab, host, "python3 -c " + _quote(LEAK_SCAN), stdin=json.dumps(values))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == [], host
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"

@@ -1,0 +1,57 @@
+"""The secret filter (plugins/filter/gpuprov_secrets.py): reasons name the variable only."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpuprov_secrets", ROOT / "plugins" / "filter" / "gpuprov_secrets.py"
+    )
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+secrets_filter = _load()
+PLACEHOLDERS = ["changeme", "password"]
+LOOKS = "tok looks like a placeholder (a template, <...> or one repeated char)"
+KNOWN = "tok is a known placeholder, not a secret"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", ['tok is empty (set it from Vault, e.g. tok: "{{ vault_tok }}")']),
+        (None, ['tok is empty (set it from Vault, e.g. tok: "{{ vault_tok }}")']),
+        ("short-but-real", ["tok is 14 characters long; the minimum is 16"]),
+        ("ChangeMe", [KNOWN, "tok is 8 characters long; the minimum is 16"]),
+        ("AKIAIOSFODNN7EXAMPLE", [KNOWN]),
+        ("<your-token-goes-here>", [LOOKS]),
+        ("aaaaaaaaaaaaaaaaaaaa", [LOOKS]),
+        ("Zq3-9xLw_Pp0t8RkV2mN", []),
+    ],
+    ids=["empty", "none", "short", "placeholder", "aws-example", "angle", "repeated", "good"],
+)
+def test_secret_problems(value: str | None, expected: list[str]) -> None:
+    assert secrets_filter.secret_problems(value, "tok", 16, PLACEHOLDERS) == expected
+
+
+def test_reasons_never_contain_the_value() -> None:
+    value = "changeme"
+    reasons = secrets_filter.secret_problems(value, "tok", 64, PLACEHOLDERS)
+    assert reasons
+    assert all(value not in r.lower().replace("tok", "") for r in reasons)
+
+
+def test_filter_is_registered() -> None:
+    assert "gpuprov_secret_problems" in secrets_filter.FilterModule().filters()
