@@ -1,3 +1,5 @@
+# Copyright: gpuprov contributors
+# SPDX-License-Identifier: Apache-2.0
 """Ansible filter that judges a secret without revealing it (used by jupyterlab, object_storage)."""
 
 from __future__ import annotations

@@ -83,8 +83,19 @@ class Docker:
 
     def containers(self, label: str | None = None) -> list[dict[str, Any]]:
         """`docker inspect` documents of every container (or those with this label)."""
+        import docker as docker_sdk
+
         filters = {"label": label} if label else {}
-        return [c.attrs for c in self.sdk.containers.list(all=True, filters=filters)]
+        api = self.sdk.api
+        found = []
+        for summary in api.containers(all=True, filters=filters):
+            try:
+                found.append(api.inspect_container(summary["Id"]))
+            except docker_sdk.errors.NotFound:
+                # Removed between the listing and the inspect: another host's `docker run`
+                # that lost a port race and is being retried (create_container). Not a host.
+                continue
+        return found
 
     def run(
         self,

@@ -3,8 +3,8 @@
 The lab's hosts get JupyterLab in their torch venv (bookworm; trixie has no torch env and no
 notebook server) and S3 clients configured for the lab's S3 stand-in: moto's server with
 signature checks (scripts/gpuprov_lab/s3lab.py), whose key pairs and a notebook token sit in
-the lab's throwaway vault. Nothing here is simulated: real pip installs, systemd, JupyterLab, kernels,
-boto3/awscli against a real server that refuses wrong signatures.
+the lab's throwaway vault. Nothing here is simulated: real pip installs, systemd, JupyterLab,
+kernels, boto3/awscli against a real server that refuses wrong signatures.
 
 This module reuses the state test_site.py converged (it runs first in a session); run alone
 (`-k notebook_storage`), it converges site.yml once when the lab is not converged yet.

@@ -201,6 +201,26 @@ def test_bound_ports_counts_stopped_containers() -> None:
     assert engine.bound_ports([running, stopped, unpublished]) == {22200, 22201, 8080}
 
 
+def test_containers_skips_one_removed_between_list_and_inspect() -> None:
+    """Two hosts created side by side: one loses a port race and its container is removed
+    while the other lists the engine's containers (seen in the lab as a 404 from `up`). The
+    engine's answers are stood in for here; the race cannot be timed against a real one."""
+    import docker as docker_sdk
+
+    class Api:
+        def containers(self, all: bool, filters: dict[str, str]) -> list[dict[str, str]]:
+            return [{"Id": "kept"}, {"Id": "gone"}]
+
+        def inspect_container(self, cid: str) -> dict[str, Any]:
+            if cid == "gone":
+                raise docker_sdk.errors.NotFound("No such container: gone")
+            return {"Id": cid}
+
+    eng = engine.Docker("docker")
+    eng._sdk = type("Client", (), {"api": Api()})()
+    assert eng.containers() == [{"Id": "kept"}]
+
+
 def test_port_is_free_on_bound_port() -> None:
     import socket
 
