@@ -238,14 +238,7 @@ def test_unknown_hints_are_not_shown(tmp_path):
 SMOKE_HINTS = [
     sl.explain_hint(l1_driver.NO_DRIVER_ERROR),
     sl.explain_hint(l3_cuda.NO_KERNEL),
-    pytest.param(
-        sl.explain_hint(l3_cuda.CPU_BUILD),
-        marks=pytest.mark.xfail(
-            reason="compat/data/errors.yaml has no row for torch's 'Torch not compiled with "
-            "CUDA enabled' yet (the report hides this hint until it has)",
-            strict=True,
-        ),
-    ),
+    sl.explain_hint(l3_cuda.CPU_BUILD),
     sl.explain_hint("Found no NVIDIA driver on your system"),
     l3_cuda._measured_hint([{"name": "Tesla K40m"}, {"name": "Tesla M40"}]),
 ]
