@@ -1,0 +1,46 @@
+"""Reports written on the controller are not changes to the fleet (issue 11 item 5): every task
+that writes a file on the controller (copy, file or template delegated to localhost) says
+``changed_when: false``, so a converged run shows changed=0 on every host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITERS = {"ansible.builtin.copy", "ansible.builtin.file", "ansible.builtin.template"}
+NESTED = ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers")
+FILES = sorted(
+    [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml")]
+    + [*ROOT.glob("playbooks/*.yml")]
+)
+
+
+def controller_writes(tasks: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for task in tasks if isinstance(tasks, list) else []:
+        if not isinstance(task, dict):
+            continue
+        for key in NESTED:
+            found += controller_writes(task.get(key))
+        if task.get("delegate_to") in ("localhost", "127.0.0.1") and WRITERS & set(task):
+            found.append(task)
+    return found
+
+
+def test_the_scan_finds_the_known_report_writes() -> None:
+    names = {t["name"] for f in FILES for t in controller_writes(yaml.safe_load(f.read_text()))}
+    assert "Write the plan report on the controller" in names
+    assert "report | Write the verdicts on the controller" in names
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_controller_writes_are_not_host_changes(path: Path) -> None:
+    for task in controller_writes(yaml.safe_load(path.read_text())):
+        assert task.get("changed_when") is False, (
+            f"{path.relative_to(ROOT)}: {task.get('name')!r} writes on the controller: "
+            "add `changed_when: false` (a report is not a change to the host)"
+        )
