@@ -140,26 +140,27 @@ def import_pynvml() -> Any:  # pynvml ships no type hints
     return pynvml
 
 
-def _nvml_try(fn: Callable[..., Any], *args: Any, cast: Callable[[Any], Any] = str) -> Any:
-    """``cast(fn(*args))``, or None when this GPU or driver does not support the query."""
+def _nvml_try(nvml: Any, name: str, *args: Any, cast: Callable[[Any], Any] = str) -> Any:
+    """``cast(nvml.<name>(*args))``, or None when this GPU, driver or pynvml does not support
+    the query (NVMLError_NotSupported, a pynvml without the function): null, never guessed."""
     try:
-        return cast(fn(*args))
-    except Exception:  # NVMLError_NotSupported and friends: report null, never guess
+        return cast(getattr(nvml, name)(*args))
+    except Exception:  # NVMLError_NotSupported and friends
         return None
 
 
 def _nvml_health(nvml: Any, handle: Any) -> Dict[str, Any]:
-    util = _nvml_try(nvml.nvmlDeviceGetUtilizationRates, handle, cast=lambda u: int(u.gpu))
+    util = _nvml_try(nvml, "nvmlDeviceGetUtilizationRates", handle, cast=lambda u: int(u.gpu))
     return {
-        "uuid": _nvml_try(nvml.nvmlDeviceGetUUID, handle, cast=_text),
+        "uuid": _nvml_try(nvml, "nvmlDeviceGetUUID", handle, cast=_text),
         # NVML_TEMPERATURE_GPU = 0
-        "temperature_c": _nvml_try(nvml.nvmlDeviceGetTemperature, handle, 0, cast=int),
+        "temperature_c": _nvml_try(nvml, "nvmlDeviceGetTemperature", handle, 0, cast=int),
         "utilization_pct": util,
-        "persistence_mode": _nvml_try(nvml.nvmlDeviceGetPersistenceMode, handle, cast=bool),
+        "persistence_mode": _nvml_try(nvml, "nvmlDeviceGetPersistenceMode", handle, cast=bool),
         # NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0
-        "ecc_uncorrected": _nvml_try(nvml.nvmlDeviceGetTotalEccErrors, handle, 1, 0, cast=int),
+        "ecc_uncorrected": _nvml_try(nvml, "nvmlDeviceGetTotalEccErrors", handle, 1, 0, cast=int),
         "retired_pages_pending": _nvml_try(
-            nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle, cast=bool
+            nvml, "nvmlDeviceGetRetiredPagesPendingStatus", handle, cast=bool
         ),
     }
 
@@ -187,7 +188,7 @@ def query_nvml(importer: NvmlImporter, health: bool = False) -> Answer | None:
             gpu["name"] = strip_vendor(_text(nvml.nvmlDeviceGetName(handle)))
             gpu["memory_mib"] = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
             gpu["driver_version"] = driver
-            cc = _nvml_try(nvml.nvmlDeviceGetCudaComputeCapability, handle, cast=tuple)
+            cc = _nvml_try(nvml, "nvmlDeviceGetCudaComputeCapability", handle, cast=tuple)
             gpu["compute_capability"] = f"{cc[0]}.{cc[1]}" if cc else None
             if health:
                 gpu.update(_nvml_health(nvml, handle))
