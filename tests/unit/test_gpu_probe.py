@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -508,3 +509,17 @@ def test_gpu_probe_is_the_only_hardware_probe_in_plugins_and_scripts():
         if "bus/pci" in text or "--query-gpu" in text:
             offenders[str(path.relative_to(ROOT))] = ["a PCI scan or an nvidia-smi query"]
     assert offenders == {}
+
+
+def test_smokelib_imports_without_the_probe_beside_it(tmp_path):
+    """dist_launch and model_serving copy smokelib.py (for L5, L6) without gpu_probe.py:
+    smokelib imports the probe on first use only."""
+    shutil.copy(ROOT / "scripts" / "smoke" / "smokelib.py", tmp_path / "smokelib.py")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import smokelib; "
+        "print('gpu_probe' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert (proc.returncode, proc.stdout.strip()) == (0, "False"), proc.stderr
