@@ -6,8 +6,9 @@
     scripts/fabfile.py -i INVENTORY [--limit ...] plan [--reports DIR]
     scripts/fabfile.py -i INVENTORY [--limit ...] watch [--interval S] [--count N]
 
-status  GPU table of every host, in parallel (ThreadingGroup): NVML/nvidia-smi over SSH,
-        falling back to the PCI scan of the host's sysfs (gpu_info_sysfs_root in the lab).
+status  GPU table of every host, in parallel (ThreadingGroup): gpuprov's hardware probe
+        (plugins/module_utils/gpu_probe.py, run with the host's python3 over SSH): NVML, else
+        nvidia-smi, else the PCI scan of the host's sysfs (gpu_info_sysfs_root in the lab).
 smoke   copy scripts/smoke/ to the hosts and run run_all.py; one line per host and layer.
 plan    show the plan of each host from reports/plan/<host>.json (playbooks/plan.yml).
 watch   the fleet-wide `watch nvidia-smi`: the status table every --interval seconds (a line
@@ -24,7 +25,9 @@ Exit codes: 0 every host answered, 1 some host failed or is down, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,10 +41,9 @@ SMOKE_DIR = REPO / "scripts" / "smoke"
 REMOTE_DIR = "/tmp/gpuprov-smoke"  # noqa: S108  # a per-run scratch copy, overwritten
 # gpuprov's stdlib-only modules L3 needs next to the scripts (smokelib.COMPAT_MODULES).
 COMPAT_MODULES = ("__init__.py", "model.py", "rules.py", "fatbin.py", "inspect_torch.py")
-SMI_QUERY = (
-    "nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total,"
-    "temperature.gpu,utilization.gpu --format=csv,noheader,nounits"
-)
+# gpuprov's one hardware probe (NVML, nvidia-smi, PCI scan), the gpu_info module's too: status
+# runs it on each host as `python3 -` and reads the JSON it prints; smoke copies it.
+PROBE = REPO / "plugins" / "module_utils" / "gpu_probe.py"
 
 
 class UsageError(Exception):
@@ -103,52 +105,48 @@ def known_hosts_file(h: Host) -> str | None:
     return None
 
 
-def parse_smi(text: str) -> list[dict[str, str]]:
-    keys = ("index", "name", "bus_id", "driver", "memory_mib", "temp_c", "util_pct")
-    rows = []
-    for line in text.strip().splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) == len(keys):
-            rows.append(dict(zip(keys, cols, strict=True)))
-    return rows
-
-
 def status_command(sysfs_root: str) -> str:
-    """One shell line: nvidia-smi when it works, else the PCI scan (prefixed PCI)."""
-    scan = (
-        f"for d in {sysfs_root}/bus/pci/devices/*; do "
-        "v=$(cat $d/vendor 2>/dev/null); c=$(cat $d/class 2>/dev/null); "
-        'case "$v:$c" in 0x10de:0x0300*|0x10de:0x0302*) '
-        'echo "PCI $(basename $d) $(cat $d/device)";; esac; done'
-    )
-    return f"{SMI_QUERY} 2>/dev/null || {{ echo NO-SMI; {scan}; }}"
+    """One shell line: the hardware probe's text (base64, so no quoting can break it) piped
+    into the host's python3, which prints the probe's JSON answer."""
+    code = base64.b64encode(PROBE.read_bytes()).decode("ascii")
+    return f"printf %s {code} | base64 -d | python3 - --sysfs-root {shlex.quote(sysfs_root)}"
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def format_status(host: str, stdout: str) -> list[list[str]]:
-    if "NO-SMI" not in stdout:
-        rows = parse_smi(stdout)
-        if rows:
-            return [
-                [
-                    host,
-                    r["index"],
-                    r["name"],
-                    r["bus_id"],
-                    r["driver"],
-                    r["memory_mib"],
-                    r["temp_c"],
-                    r["util_pct"],
-                    "nvidia-smi",
-                ]
-                for r in rows
-            ]
-    pci = [line.split() for line in stdout.splitlines() if line.startswith("PCI ")]
-    if not pci:
+    """Table rows from the probe's JSON: one per GPU; "no driver" rows for GPUs seen only on
+    the PCI bus; one row when there is no NVIDIA device, or when the probe did not answer."""
+    try:
+        answer = json.loads(stdout)
+        gpus = list(answer["gpus"])
+    except (ValueError, KeyError, TypeError):
+        tail = stdout.strip().splitlines()[-1:] or ["no output"]
+        return [[host, "-", f"probe failed: {tail[0]}"[:100], "-", "-", "-", "-", "-", "-"]]
+    if not gpus:
         return [[host, "-", "no NVIDIA device", "-", "-", "-", "-", "-", "pci"]]
-    return [
-        [host, str(i), f"10de:{dev[2:]}", bus, "no driver", "-", "-", "-", "pci"]
-        for i, (_, bus, dev) in enumerate(pci)
-    ]
+    rows = []
+    for g in gpus:
+        if g.get("source") == "pci":
+            pci_row = [host, str(g["index"]), str(g["pci_id"]), str(g["bus_id"]), "no driver"]
+            rows.append([*pci_row, "-", "-", "-", "pci"])
+            continue
+        rows.append(
+            [
+                host,
+                str(g["index"]),
+                _cell(g.get("name")),
+                _cell(g.get("bus_id")),
+                _cell(g.get("driver_version")),
+                _cell(g.get("memory_mib")),
+                _cell(g.get("temperature_c")),
+                _cell(g.get("utilization_pct")),
+                _cell(g.get("source")),
+            ]
+        )
+    return rows
 
 
 def render(rows: Sequence[Sequence[str]]) -> str:
@@ -247,6 +245,7 @@ def cmd_smoke(hosts: Sequence[Host], timeout: int, layers: str, python: str) -> 
             c.run(f"mkdir -p {REMOTE_DIR}/compat", hide=True)
             for f in sorted(SMOKE_DIR.glob("*.py")):
                 c.put(str(f), f"{REMOTE_DIR}/{f.name}")
+            c.put(str(PROBE), f"{REMOTE_DIR}/{PROBE.name}")
             for name in COMPAT_MODULES:
                 c.put(str(REPO / "compat" / name), f"{REMOTE_DIR}/compat/{name}")
             ready.append(h)

@@ -11,6 +11,8 @@ left as name "unknown" and compute_capability null: never guessed upward.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -35,10 +37,17 @@ class Matrix(Protocol):
     def gpu_by_pci(self, pci_id: str) -> MatrixGPU | None: ...
 
 
-def _load_module_helpers() -> ModuleType:
-    """Load the module file's pure helpers (build_labels) so labels have one implementation."""
-    path = REPO_ROOT / "plugins" / "modules" / "gpu_info.py"
-    spec = importlib.util.spec_from_file_location("_gpuprov_gpu_info_module", path)
+def _load_probe() -> ModuleType:
+    """gpuprov's hardware probe, plugins/module_utils/gpu_probe.py (stdlib only), for its
+    build_labels: labels have one implementation, on the host and here.
+
+    The module gets it as ``ansible.module_utils.gpu_probe`` (AnsiballZ ships the configured
+    module_utils dir); on the controller Ansible does not resolve that name for an action
+    plugin, so the file is loaded from its place beside this plugin's directory."""
+    with contextlib.suppress(ImportError):  # installed under its Ansible name (unit tests)
+        return importlib.import_module("ansible.module_utils.gpu_probe")
+    path = Path(__file__).resolve().parents[1] / "module_utils" / "gpu_probe.py"
+    spec = importlib.util.spec_from_file_location("_gpuprov_gpu_probe", path)
     if spec is None or spec.loader is None:  # pragma: no cover - the file ships with this plugin
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -64,7 +73,7 @@ def cc_text(cc: str | tuple[int, int]) -> str:
 
 def enrich(facts: dict[str, Any], matrix: Matrix) -> dict[str, Any]:
     """Complete each GPU from the matrix; recompute the labels. Returns a new dict."""
-    helpers = _load_module_helpers()
+    probe = _load_probe()
     result = dict(facts)
     gpus: list[dict[str, Any]] = []
     unknown: list[str] = []
@@ -88,7 +97,7 @@ def enrich(facts: dict[str, Any], matrix: Matrix) -> dict[str, Any]:
         gpus.append(gpu)
     result["gpus"] = gpus
     result["unknown_pci_ids"] = unknown
-    result["labels"] = helpers.build_labels(gpus, facts.get("driver_version"))
+    result["labels"] = probe.build_labels(gpus, facts.get("driver_version"))
     return result
 
 

@@ -131,179 +131,35 @@ ansible_facts:
             nvidia.com/gpu.memory: "11441"
 """
 
-import contextlib
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-NVIDIA_VENDOR = 0x10DE
-# PCI class codes: 0x0300xx VGA controller, 0x0302xx 3D controller (datacenter GPUs).
-GPU_CLASSES = (0x0300, 0x0302)
-SMI_FIELDS = ("index", "pci.bus_id", "pci.device_id", "name", "memory.total", "driver_version")
-UNKNOWN = "unknown"
+# gpuprov's one hardware probe (plugins/module_utils/gpu_probe.py, ansible.cfg's module_utils):
+# AnsiballZ ships it to the host with this module.
+from ansible.module_utils.gpu_probe import (
+    SMI_FIELDS,
+    UNKNOWN,
+    build_labels,
+    import_pynvml,
+    probe,
+    smi_command,
+)
 
-GPU = dict[str, Any]
-
-
-def normalize_bus_id(bus_id: str) -> str:
-    """Return a bus ID as sysfs spells it: '00000000:3B:00.0' -> '0000:3b:00.0'."""
-    bus_id = bus_id.strip().lower()
-    domain, sep, rest = bus_id.partition(":")
-    if sep and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}{sep}{rest}"
-
-
-def pci_id_from_combined(value: int) -> str:
-    """Split NVML/nvidia-smi's 0xDDDDVVVV device ID into '10de:dddd'."""
-    return f"{value & 0xFFFF:04x}:{(value >> 16) & 0xFFFF:04x}"
-
-
-def _read_hex(path: Path) -> int | None:
-    try:
-        return int(path.read_text(encoding="ascii").strip(), 16)
-    except (OSError, ValueError):
-        return None
-
-
-def _empty_gpu(index: int, source: str) -> GPU:
-    return {
-        "index": index,
-        "pci_id": None,
-        "bus_id": None,
-        "name": UNKNOWN,
-        "compute_capability": None,
-        "architecture": None,
-        "memory_mib": None,
-        "driver_version": None,
-        "source": source,
-    }
-
-
-def read_pci(sysfs_root: str) -> list[GPU]:
-    """List NVIDIA display/3D controllers under <sysfs_root>/bus/pci/devices, in bus order."""
-    devices_dir = Path(sysfs_root) / "bus" / "pci" / "devices"
-    try:
-        entries = sorted(devices_dir.iterdir())
-    except OSError:
-        return []
-    gpus: list[GPU] = []
-    for base in entries:
-        vendor = _read_hex(base / "vendor")
-        device = _read_hex(base / "device")
-        pci_class = _read_hex(base / "class")
-        if vendor != NVIDIA_VENDOR or device is None or pci_class is None:
-            continue
-        if (pci_class >> 8) not in GPU_CLASSES:
-            continue
-        gpu = _empty_gpu(len(gpus), "pci")
-        gpu["pci_id"] = f"{vendor:04x}:{device:04x}"
-        gpu["bus_id"] = normalize_bus_id(base.name)
-        gpus.append(gpu)
-    return gpus
+__all__ = ["SMI_FIELDS", "gather", "main", "run_smi"]
 
 
 def _import_pynvml() -> Any:  # pynvml ships no type hints
     """Import nvidia-ml-py. Narrow seam: unit tests monkeypatch this function."""
-    import pynvml  # optional dependency, imported only when NVML is tried
-
-    return pynvml
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def query_nvml() -> list[GPU] | None:
-    """Ask NVML; None when pynvml or libnvidia-ml is missing or the driver does not answer."""
-    try:
-        nvml = _import_pynvml()
-    except ImportError:
-        return None
-    try:
-        nvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...: fall back
-        return None
-    try:
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
-        gpus: list[GPU] = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            pci = nvml.nvmlDeviceGetPciInfo(handle)
-            gpu = _empty_gpu(index, "nvml")
-            gpu["pci_id"] = pci_id_from_combined(int(pci.pciDeviceId))
-            gpu["bus_id"] = normalize_bus_id(_text(pci.busId))
-            gpu["name"] = strip_vendor(_text(nvml.nvmlDeviceGetName(handle)))
-            gpu["memory_mib"] = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024)
-            gpu["driver_version"] = driver
-            try:
-                major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-                gpu["compute_capability"] = f"{major}.{minor}"
-            except Exception:  # not supported by this driver: leave null
-                gpu["compute_capability"] = None
-            gpus.append(gpu)
-    except Exception:  # any NVML failure mid-way: fall back to nvidia-smi
-        return None
-    else:
-        return gpus
-    finally:
-        with contextlib.suppress(Exception):  # a failed shutdown changes nothing we report
-            nvml.nvmlShutdown()
-
-
-def strip_vendor(name: str) -> str:
-    """'NVIDIA A100-SXM4-40GB' -> 'A100-SXM4-40GB' (data files name GPUs without the vendor)."""
-    name = name.strip()
-    return name[len("NVIDIA ") :] if name.startswith("NVIDIA ") else name
+    return import_pynvml()
 
 
 def run_smi(module: AnsibleModule, smi: str, fields: tuple[str, ...]) -> tuple[int, str, str]:
     """Run the nvidia-smi query. Narrow seam: unit tests monkeypatch this function."""
-    cmd = [smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"]
-    rc, out, err = module.run_command(cmd)
+    rc, out, err = module.run_command(smi_command(smi, fields))
     return int(rc), str(out), str(err)
-
-
-def parse_smi_csv(text: str, with_compute_cap: bool) -> list[GPU]:
-    """Parse `nvidia-smi --query-gpu=... --format=csv,noheader` output."""
-    gpus: list[GPU] = []
-    expected = len(SMI_FIELDS) + (1 if with_compute_cap else 0)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != expected:
-            raise ValueError(f"unexpected nvidia-smi line: {line!r}")
-        gpu = _empty_gpu(int(cells[0]), "nvidia-smi")
-        gpu["bus_id"] = normalize_bus_id(cells[1])
-        gpu["pci_id"] = pci_id_from_combined(int(cells[2], 16))
-        gpu["name"] = strip_vendor(cells[3])
-        memory = re.match(r"(\d+)", cells[4])
-        gpu["memory_mib"] = int(memory.group(1)) if memory else None
-        gpu["driver_version"] = cells[5]
-        if with_compute_cap and re.fullmatch(r"\d+\.\d+", cells[6]):
-            gpu["compute_capability"] = cells[6]
-        gpus.append(gpu)
-    return gpus
-
-
-def query_smi(module: AnsibleModule, smi: str | None) -> list[GPU] | None:
-    """Ask nvidia-smi; on R470-era drivers (no compute_cap field) retry without it."""
-    if not smi:
-        return None
-    for with_cc in (True, False):
-        fields = (*SMI_FIELDS, "compute_cap") if with_cc else SMI_FIELDS
-        rc, out, _err = run_smi(module, smi, fields)
-        if rc != 0:
-            continue
-        try:
-            return parse_smi_csv(out, with_cc)
-        except ValueError:
-            continue
-    return None
 
 
 def read_modules(proc_modules: str = "/proc/modules") -> set[str]:
@@ -321,14 +177,14 @@ def module_loaded(name: str, modules: set[str], sysfs_root: str) -> bool:
 def secure_boot_state(module: AnsibleModule) -> str:
     mokutil = module.get_bin_path("mokutil")
     if not mokutil:
-        return UNKNOWN
+        return str(UNKNOWN)
     _rc, out, err = module.run_command([mokutil, "--sb-state"])
     text = f"{out}\n{err}".lower()
     if "secureboot enabled" in text:
         return "enabled"
     if "secureboot disabled" in text:
         return "disabled"
-    return UNKNOWN
+    return str(UNKNOWN)
 
 
 def detect_container(root: str = "/") -> str:
@@ -355,52 +211,21 @@ def detect_container(root: str = "/") -> str:
     return "none"
 
 
-def build_labels(gpus: list[GPU], driver_version: str | None) -> dict[str, str]:
-    """GPU Feature Discovery style labels, taken from the first GPU (GFD's convention)."""
-    labels: dict[str, str] = {"nvidia.com/gpu.count": str(len(gpus))}
-    if gpus:
-        first = gpus[0]
-        labels["nvidia.com/gpu.product"] = re.sub(r"\s+", "-", str(first.get("name") or UNKNOWN))
-        labels["nvidia.com/gpu.family"] = str(first.get("architecture") or UNKNOWN)
-        cc = first.get("compute_capability")
-        if cc:
-            major, _, minor = str(cc).partition(".")
-            labels["nvidia.com/gpu.compute.major"] = major
-            labels["nvidia.com/gpu.compute.minor"] = minor
-        if first.get("memory_mib") is not None:
-            labels["nvidia.com/gpu.memory"] = str(first["memory_mib"])
-    if driver_version:
-        parts = driver_version.split(".")
-        labels["nvidia.com/cuda.driver-version.full"] = driver_version
-        for key, value in zip(("major", "minor", "revision"), parts, strict=False):
-            labels[f"nvidia.com/cuda.driver-version.{key}"] = value
-    return labels
-
-
-def merge_pci(found: list[GPU], pci: list[GPU]) -> list[GPU]:
-    """Fill a missing PCI ID from the PCI scan by bus ID (defensive; NVML/smi usually report it)."""
-    by_bus = {gpu["bus_id"]: gpu for gpu in pci}
-    for gpu in found:
-        if not gpu.get("pci_id") and gpu.get("bus_id") in by_bus:
-            gpu["pci_id"] = by_bus[gpu["bus_id"]]["pci_id"]
-    return found
-
-
 def gather(module: AnsibleModule) -> dict[str, Any]:
     sysfs_root: str = module.params["sysfs_root"]
     smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
-    pci = read_pci(sysfs_root)
-    gpus = query_nvml()
-    if gpus is None:
-        gpus = query_smi(module, smi)
-    gpus = pci if gpus is None else merge_pci(gpus, pci)
-    gpus.sort(key=lambda gpu: int(gpu["index"]))
-    driver_version = next((str(g["driver_version"]) for g in gpus if g.get("driver_version")), None)
+    answer = probe(
+        sysfs_root,
+        lambda: _import_pynvml(),
+        (lambda fields: run_smi(module, smi, fields)) if smi else None,
+    )
+    gpus: list[dict[str, Any]] = answer["gpus"]
+    driver_version: str | None = answer["driver_version"]
     modules = read_modules()
     kernel = os.uname().release
     return {
         "gpus": gpus,
-        "source": str(gpus[0]["source"]) if gpus else UNKNOWN,
+        "source": str(answer["source"]),
         "driver_version": driver_version,
         "nvidia_module_loaded": module_loaded("nvidia", modules, "/sys"),
         "nouveau_loaded": module_loaded("nouveau", modules, "/sys"),

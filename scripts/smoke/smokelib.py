@@ -19,7 +19,6 @@ without NVIDIA devices when the caller allows CPU runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
@@ -28,8 +27,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 PASS = "pass"  # noqa: S105  # a verdict status, not a password
@@ -38,8 +38,6 @@ FAIL = "fail"
 SKIPPED = "skipped"
 STATUSES = (PASS, PASS_CPU, FAIL, SKIPPED)
 
-NVIDIA_VENDOR = 0x10DE
-GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
 NO_DEVICE = "no NVIDIA device on this host"
 LC_ENV = {"LC_ALL": "C", "LANG": "C"}
 
@@ -143,44 +141,43 @@ def parse_cc(text: str) -> CC:
 
 # ---------------------------------------------------------------------------
 # Hardware probes (fail soft: None when the source is missing)
+#
+# The probe itself is gpuprov's one hardware probe, plugins/module_utils/gpu_probe.py (the
+# gpu_info module's too). The gpu_smoke role copies it next to these scripts; in a gpuprov
+# checkout (scripts/gpu-check.sh) it is read from plugins/module_utils/. Imported on first
+# use, so the scripts that need no hardware probe (L5, L6, copied by other roles) do not
+# need the file.
+
+
+def probe_module() -> ModuleType:
+    """gpu_probe: next to the scripts (the role's copy), else the checkout's module_utils."""
+    checkout = HERE.parents[1] / "plugins" / "module_utils"
+    beside = (HERE / "gpu_probe.py").is_file()
+    if not beside and (checkout / "gpu_probe.py").is_file() and str(checkout) not in sys.path:
+        sys.path.append(str(checkout))
+    import gpu_probe  # stdlib only
+
+    return gpu_probe
 
 
 def strip_vendor(name: str) -> str:
-    name = name.strip()
-    return name[len("NVIDIA ") :] if name.startswith("NVIDIA ") else name
-
-
-def _read_hex(path: Path) -> int | None:
-    try:
-        return int(path.read_text(encoding="ascii").strip(), 16)
-    except (OSError, ValueError):
-        return None
+    """'NVIDIA A100-SXM4-40GB' -> 'A100-SXM4-40GB'."""
+    return str(probe_module().strip_vendor(name))
 
 
 def scan_pci(sysfs_root: str = "/sys") -> list[dict[str, Any]]:
-    """NVIDIA display/3D controllers under <sysfs_root>/bus/pci/devices, in bus order."""
-    base = Path(sysfs_root) / "bus" / "pci" / "devices"
-    try:
-        entries = sorted(base.iterdir())
-    except OSError:
-        return []
-    found: list[dict[str, Any]] = []
-    for dev in entries:
-        vendor, device, klass = (_read_hex(dev / f) for f in ("vendor", "device", "class"))
-        if vendor != NVIDIA_VENDOR or device is None or klass is None:
-            continue
-        if (klass >> 8) not in GPU_CLASSES:
-            continue
-        found.append(
-            {
-                "index": len(found),
-                "bus_id": dev.name.lower(),
-                "pci_id": f"{vendor:04x}:{device:04x}",
-                "name": None,
-                "source": "pci",
-            }
-        )
-    return found
+    """NVIDIA display/3D controllers under <sysfs_root>/bus/pci/devices, in bus order
+    (the PCI IDs only: name None, the driver was not asked)."""
+    return [
+        {
+            "index": g["index"],
+            "bus_id": g["bus_id"],
+            "pci_id": g["pci_id"],
+            "name": None,
+            "source": "pci",
+        }
+        for g in probe_module().read_pci(sysfs_root)
+    ]
 
 
 def import_pynvml() -> Any:  # pynvml ships no type hints
@@ -190,133 +187,10 @@ def import_pynvml() -> Any:  # pynvml ships no type hints
     return pynvml
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _nvml_try(fn: Callable[..., Any], *args: Any, cast: Callable[[Any], Any] = str) -> Any:
-    """``cast(fn(*args))``, or None when this GPU or driver does not support the query."""
-    try:
-        return cast(fn(*args))
-    except Exception:  # NVMLError_NotSupported and friends: report null, never guess
-        return None
-
-
 def query_nvml() -> dict[str, Any] | None:
     """Driver version and per-GPU health from NVML; None when NVML is unusable."""
-    try:
-        nvml = import_pynvml()
-    except ImportError:
-        return None
-    try:
-        nvml.nvmlInit()
-    except Exception:  # library missing or driver not loaded
-        return None
-    try:
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
-        gpus: list[dict[str, Any]] = []
-        for index in range(int(nvml.nvmlDeviceGetCount())):
-            h = nvml.nvmlDeviceGetHandleByIndex(index)
-            pci = nvml.nvmlDeviceGetPciInfo(h)
-            combined = int(pci.pciDeviceId)  # device << 16 | vendor
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            cc = _nvml_try(nvml.nvmlDeviceGetCudaComputeCapability, h, cast=tuple)
-            gpus.append(
-                {
-                    "index": index,
-                    "name": strip_vendor(_text(nvml.nvmlDeviceGetName(h))),
-                    "uuid": _nvml_try(nvml.nvmlDeviceGetUUID, h, cast=_text),
-                    "bus_id": _normalize_bus(_text(pci.busId)),
-                    "pci_id": f"{combined & 0xFFFF:04x}:{(combined >> 16) & 0xFFFF:04x}",
-                    "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
-                    "memory_mib": int(mem.total) // (1024 * 1024),
-                    # NVML_TEMPERATURE_GPU = 0
-                    "temperature_c": _nvml_try(nvml.nvmlDeviceGetTemperature, h, 0, cast=int),
-                    "persistence_mode": _nvml_try(nvml.nvmlDeviceGetPersistenceMode, h, cast=bool),
-                    # NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0
-                    "ecc_uncorrected": _nvml_try(
-                        nvml.nvmlDeviceGetTotalEccErrors, h, 1, 0, cast=int
-                    ),
-                    "retired_pages_pending": _nvml_try(
-                        nvml.nvmlDeviceGetRetiredPagesPendingStatus, h, cast=bool
-                    ),
-                    "source": "nvml",
-                }
-            )
-    except Exception:  # any NVML failure mid-way: fall back to nvidia-smi
-        return None
-    else:
-        return {"driver_version": driver, "gpus": gpus, "source": "nvml"}
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
-
-
-def _normalize_bus(bus: str) -> str:
-    """'00000000:3B:00.0' -> '0000:3b:00.0'."""
-    bus = bus.strip().lower()
-    domain, _, rest = bus.partition(":")
-    return f"{domain[-4:]}:{rest}" if rest else bus
-
-
-SMI_FIELDS = (
-    "index",
-    "name",
-    "uuid",
-    "pci.bus_id",
-    "pci.device_id",
-    "driver_version",
-    "memory.total",
-    "temperature.gpu",
-    "persistence_mode",
-    "ecc.errors.uncorrected.volatile.total",
-    "retired_pages.pending",
-)
-
-
-def _smi_value(text: str) -> str | None:
-    text = text.strip()
-    return None if text in ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported") else text
-
-
-def parse_smi_csv(text: str) -> dict[str, Any]:
-    """Parse ``nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits``."""
-    gpus: list[dict[str, Any]] = []
-    driver: str | None = None
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) != len(SMI_FIELDS):
-            raise ValueError(f"nvidia-smi: expected {len(SMI_FIELDS)} columns, got {line!r}")
-        row = dict(zip(SMI_FIELDS, (_smi_value(c) for c in cols), strict=True))
-        driver = driver or row["driver_version"]
-        dev = row["pci.device_id"] or ""  # 0x102310DE: device in the high half
-        combined = int(dev, 16) if dev else 0
-        temp, ecc, mem = row["temperature.gpu"], row[SMI_FIELDS[9]], row["memory.total"]
-        gpus.append(
-            {
-                "index": int(row["index"] or len(gpus)),
-                "name": strip_vendor(row["name"] or ""),
-                "uuid": row["uuid"],
-                "bus_id": _normalize_bus(row["pci.bus_id"] or ""),
-                "pci_id": f"{combined & 0xFFFF:04x}:{(combined >> 16) & 0xFFFF:04x}"
-                if combined
-                else None,
-                "compute_capability": None,
-                "memory_mib": int(float(mem)) if mem else None,
-                "temperature_c": int(float(temp)) if temp else None,
-                "persistence_mode": (row["persistence_mode"] or "").lower() == "enabled"
-                if row["persistence_mode"]
-                else None,
-                "ecc_uncorrected": int(ecc) if ecc else None,
-                "retired_pages_pending": (row["retired_pages.pending"] or "").lower() == "yes"
-                if row["retired_pages.pending"]
-                else None,
-                "source": "nvidia-smi",
-            }
-        )
-    return {"driver_version": driver, "gpus": gpus, "source": "nvidia-smi"}
+    answer: dict[str, Any] | None = probe_module().query_nvml(import_pynvml, health=True)
+    return answer
 
 
 def run(
@@ -332,22 +206,14 @@ def run(
 
 
 def query_smi(smi: str | None = None) -> dict[str, Any] | None:
-    """Same answer as query_nvml, from nvidia-smi; None when it is missing or fails."""
+    """Same answer as query_nvml, from nvidia-smi; None when it is missing. When it fails,
+    ``error`` holds what it said and ``gpus`` is empty."""
     smi = smi or shutil.which("nvidia-smi")
     if not smi:
         return None
-    try:
-        proc = run(
-            [smi, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"], 60
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return {"error": (proc.stdout + proc.stderr).strip(), "gpus": [], "driver_version": None}
-    try:
-        return parse_smi_csv(proc.stdout)
-    except ValueError:
-        return None
+    gp = probe_module()
+    answer: dict[str, Any] | None = gp.query_smi(gp.smi_runner(smi, 60), health=True)
+    return answer
 
 
 def driver_loaded() -> bool:

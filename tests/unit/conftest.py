@@ -27,6 +27,10 @@ def _register_action_plugins() -> None:
         spec.loader.exec_module(module)
 
 
+# plugins/module_utils/gpu_probe.py is ansible.module_utils.gpu_probe to gpu_info and its action
+# plugin (ansible.cfg's module_utils; AnsiballZ ships it with the module). Outside Ansible the
+# same file is importable as gpu_probe (pytest's pythonpath): give it its Ansible name too.
+sys.modules.setdefault("ansible.module_utils.gpu_probe", importlib.import_module("gpu_probe"))
 _register_action_plugins()
 
 

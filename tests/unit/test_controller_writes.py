@@ -14,8 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 WRITERS = {"ansible.builtin.copy", "ansible.builtin.file", "ansible.builtin.template"}
 NESTED = ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers")
 FILES = sorted(
-    [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("roles/*/handlers/*.yml")]
-    + [*ROOT.glob("playbooks/*.yml")]
+    [
+        *ROOT.glob("roles/*/tasks/*.yml"),
+        *ROOT.glob("roles/*/handlers/*.yml"),
+        *ROOT.glob("playbooks/*.yml"),
+    ]
 )
 
 

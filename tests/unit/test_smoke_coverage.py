@@ -133,6 +133,8 @@ def test_l3_runs_as_on_a_host_with_a_cpu_build_and_a_k40m(tmp_path: Path) -> Non
     host = _copy_compat(tmp_path / "smoke")
     for script in SMOKE.glob("*.py"):
         shutil.copy(script, host / script.name)
+    # The gpu_smoke role copies the hardware probe next to the scripts.
+    shutil.copy(ROOT / "plugins" / "module_utils" / "gpu_probe.py", host / "gpu_probe.py")
     torch_dir = write_torch(tmp_path / "site", cuda=False)
     (torch_dir / "__init__.py").write_text(FAKE_TORCH_INIT)
     dev = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:3b:00.0"

@@ -1,7 +1,7 @@
 """scripts/fabfile.py: inventory reading, the status command and its parsing.
 
-No SSH here: the remote output (nvidia-smi CSV, the PCI-scan fallback) is given as text,
-and the sysfs fallback shell line is run locally against a temporary tree.
+No SSH here: the status command (the hardware probe piped into python3) runs locally
+against a temporary sysfs tree and a fake nvidia-smi printing canned CSV.
 """
 
 from __future__ import annotations
@@ -70,39 +70,79 @@ def test_bad_inventory_is_a_usage_error(tmp_path, capsys):
     assert "cannot read inventory" in capsys.readouterr().err
 
 
-def test_format_status_from_nvidia_smi():
-    out = "0, NVIDIA H200, 00000000:19:00.0, 570.86.15, 143771, 31, 0\n"
-    assert fab.format_status("g", out) == [
-        [
-            "g",
-            "0",
-            "NVIDIA H200",
-            "00000000:19:00.0",
-            "570.86.15",
-            "143771",
-            "31",
-            "0",
-            "nvidia-smi",
-        ]
-    ]
+H200_CSV = (
+    "0, 00000000:19:00.0, 0x233510DE, NVIDIA H200, 143771 MiB, 570.86.15, GPU-1, 31, 0 %,"
+    " Enabled, 0, No, 9.0\n"
+)
 
 
-def test_status_falls_back_to_the_pci_scan(tmp_path):
-    dev = tmp_path / "bus" / "pci" / "devices" / "0000:3b:00.0"
+def fake_smi(bin_dir, script):
+    """An nvidia-smi on PATH: the only simulated part (no GPU here)."""
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + script)
+    smi.chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def run_status(sysfs_root, path):
+    """The status command as the host's shell runs it (python3 of PATH, no site-packages:
+    no pynvml, as on a host without nvidia-ml-py)."""
+    cmd = fab.status_command(str(sysfs_root))
+    env = {"PATH": path, "PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1"}
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def write_pci(root):
+    dev = root / "bus" / "pci" / "devices" / "0000:3b:00.0"
     dev.mkdir(parents=True)
     (dev / "vendor").write_text("0x10de\n")
     (dev / "device").write_text("0x1023\n")
     (dev / "class").write_text("0x030200\n")
-    other = tmp_path / "bus" / "pci" / "devices" / "0000:00:02.0"
+    other = root / "bus" / "pci" / "devices" / "0000:00:02.0"
     other.mkdir(parents=True)
     (other / "vendor").write_text("0x1234\n")
     (other / "class").write_text("0x030000\n")
-    cmd = fab.status_command(str(tmp_path)).replace("nvidia-smi", "false-nvidia-smi-missing")
-    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False).stdout
+    return root
+
+
+def test_status_from_nvidia_smi(tmp_path):
+    """The probe runs on the 'host' (python3 -, its text on stdin) and asks nvidia-smi."""
+    path = fake_smi(tmp_path / "bin", f"cat <<'EOF'\n{H200_CSV}EOF\n")
+    out = run_status(tmp_path / "no-sysfs", path)
+    assert fab.format_status("g", out) == [
+        ["g", "0", "H200", "0000:19:00.0", "570.86.15", "143771", "31", "0", "nvidia-smi"]
+    ]
+
+
+def test_status_falls_back_to_the_pci_scan(tmp_path):
+    """nvidia-smi present but the driver not loaded (as in the lab containers)."""
+    path = fake_smi(tmp_path / "bin", "echo 'NVIDIA-SMI has failed'; exit 9\n")
+    out = run_status(write_pci(tmp_path / "sys"), path)
     assert fab.format_status("lab1", out) == [
         ["lab1", "0", "10de:1023", "0000:3b:00.0", "no driver", "-", "-", "-", "pci"]
     ]
-    assert fab.format_status("cpu", "NO-SMI\n")[0][2] == "no NVIDIA device"
+
+
+def test_status_without_any_nvidia_device(tmp_path):
+    path = fake_smi(tmp_path / "bin", "exit 9\n")
+    out = run_status(tmp_path / "empty", path)
+    assert fab.format_status("cpu", out) == [
+        ["cpu", "-", "no NVIDIA device", "-", "-", "-", "-", "-", "pci"]
+    ]
+
+
+def test_status_of_a_host_whose_probe_did_not_answer():
+    out = "bash: python3: command not found\n"
+    assert fab.format_status("h", out) == [
+        ["h", "-", "probe failed: bash: python3: command not found", "-", "-", "-", "-", "-", "-"]
+    ]
+
+
+def test_status_command_quotes_the_sysfs_root():
+    assert fab.status_command("/opt/sim sys").endswith("--sysfs-root '/opt/sim sys'")
 
 
 def test_host_error_is_one_clear_line():

@@ -170,26 +170,50 @@ def test_query_nvml_none_without_driver(monkeypatch):
     assert sl.query_nvml() is None
 
 
-SMI_CSV = (
-    "0, NVIDIA A100-SXM4-40GB, GPU-aaaa, 00000000:07:00.0, 0x20B010DE, 550.54.15, 40960, 33,"
-    " Enabled, 0, No\n"
-    "1, NVIDIA A100-SXM4-40GB, GPU-bbbb, 00000000:0F:00.0, 0x20B010DE, 550.54.15, 40960, [N/A],"
-    " Disabled, 2, Yes\n"
+SMI_CSV = (  # the health query: gpu_probe.smi_fields(health=True, compute_cap=False)
+    "0, 00000000:07:00.0, 0x20B010DE, NVIDIA A100-SXM4-40GB, 40960 MiB, 550.54.15, GPU-aaaa,"
+    " 33, 5 %, Enabled, 0, No\n"
+    "1, 00000000:0F:00.0, 0x20B010DE, NVIDIA A100-SXM4-40GB, 40960 MiB, 550.54.15, GPU-bbbb,"
+    " [N/A], [N/A], Disabled, 2, Yes\n"
 )
 
 
-def test_parse_smi_csv():
-    got = sl.parse_smi_csv(SMI_CSV)
+def test_query_smi_reads_the_health_query(monkeypatch):
+    """nvidia-smi is faked where it runs (gpu_probe.run_command): the compute_cap query fails
+    as on R470, the retry answers with canned CSV."""
+    gp = sl.probe_module()
+    calls = []
+
+    def fake_run(argv, timeout=60):
+        calls.append(argv)
+        if "compute_cap" in argv[1]:
+            return 2, "", 'Field "compute_cap" is not a valid field to query.'
+        return 0, SMI_CSV, ""
+
+    monkeypatch.setattr(gp, "run_command", fake_run)
+    got = sl.query_smi("/usr/bin/nvidia-smi")
+    assert [argv[0] for argv in calls] == ["/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"]
     assert got["driver_version"] == "550.54.15"
+    assert got["error"] is None
     a, b = got["gpus"]
     assert (a["name"], a["pci_id"], a["bus_id"]) == ("A100-SXM4-40GB", "10de:20b0", "0000:07:00.0")
     assert (a["temperature_c"], a["persistence_mode"], a["ecc_uncorrected"]) == (33, True, 0)
+    assert (a["memory_mib"], a["utilization_pct"], a["uuid"]) == (40960, 5, "GPU-aaaa")
     assert (b["temperature_c"], b["ecc_uncorrected"], b["retired_pages_pending"]) == (None, 2, True)
+    assert b["compute_capability"] is None  # R470: not reported, never guessed
 
 
-def test_parse_smi_csv_rejects_short_rows():
-    with pytest.raises(ValueError, match="expected 11 columns"):
-        sl.parse_smi_csv("0, Tesla K40m\n")
+def test_query_smi_reports_what_a_failing_nvidia_smi_said(monkeypatch):
+    gp = sl.probe_module()
+    mismatch = "Failed to initialize NVML: Driver/library version mismatch"
+    monkeypatch.setattr(gp, "run_command", lambda argv, timeout=60: (18, mismatch + "\n", ""))
+    got = sl.query_smi("/usr/bin/nvidia-smi")
+    assert (got["gpus"], got["error"]) == ([], mismatch)
+
+
+def test_query_smi_none_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(sl.shutil, "which", lambda name: None)
+    assert sl.query_smi() is None
 
 
 # --- L0 ---------------------------------------------------------------------------------------
