@@ -32,7 +32,12 @@ URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
 VARIANT_RE = re.compile(r"^(cpu|cu\d{2,3}|rocm[\d.]+)$")
 # Facts that plays set and later plays read: carry a role prefix, set by no inventory.
 RUNTIME_FACTS = frozenset(
-    {"gpuprov_plan", "nvidia_driver_packaged_branches", "nvidia_driver_packaged_os"}
+    {
+        "gpuprov_plan",
+        "gpuprov_report_root",  # roles/gpuprov_report: gpuprov_report_dir, resolved
+        "nvidia_driver_packaged_branches",
+        "nvidia_driver_packaged_os",
+    }
 )
 
 ALLOWED_TYPE = {

@@ -127,6 +127,10 @@ def import_compat() -> tuple[Any, Any]:
     """``(compat.inspect_torch, compat.rules)``: from <scripts dir>/compat/ (the role's copy),
     else from the gpuprov checkout the scripts live in (scripts/gpu-check.sh).
     Raises ImportError when neither is there. Narrow seam for the unit tests."""
+    # A runtime path, not a test hack: on a host the scripts run as `python3 <script>` from
+    # <scripts dir>, where gpuprov is not installed and compat/ is the role's stdlib-only copy;
+    # putting its directory on sys.path is how that copy is found (allow-listed in
+    # tests/unit/test_no_path_hacks.py).
     for root in (*HERE.parents[1:2], HERE):  # HERE ends up first on sys.path
         if (root / "compat" / "inspect_torch.py").is_file() and str(root) not in sys.path:
             sys.path.insert(0, str(root))

@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
+from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-from lab import ssh_argv  # noqa: E402  (the lab's SSH command line)
 
 Lab = Any  # tests/lab/conftest.py's Lab
 PLAYS = ("playbooks/notebook.yml", "playbooks/storage.yml")

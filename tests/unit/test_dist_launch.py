@@ -10,14 +10,14 @@ Setup facts are hand-written in the shape Ansible's setup module returns.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
+import dist_launch as flt  # roles/dist_launch/filter_plugins/dist_launch.py
+import gpuprov_launch as gl  # roles/dist_launch/files/gpuprov_launch.py
 import pytest
 from smoke_modules import smoke
 
@@ -26,18 +26,6 @@ ROLE = ROOT / "roles" / "dist_launch"
 WRAPPER = ROLE / "files" / "gpuprov_launch.py"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec
-    assert spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-flt = _load("dist_launch_filters", ROLE / "filter_plugins" / "dist_launch.py")
-gl = _load("gpuprov_launch", WRAPPER)
 l5l = smoke("l5_launch")
 
 # Public key blobs: a length-prefixed key type, then key material (shortened here).

@@ -8,13 +8,13 @@ process here, without nvidia-smi and without a driver, as on the lab's hosts.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
+import gpu_monitoring as flt  # roles/gpu_monitoring/filter_plugins/gpu_monitoring.py
+import gpuprov_gpu_metrics as col  # roles/gpu_monitoring/files/gpuprov_gpu_metrics.py
 import pytest
 import yaml
 
@@ -22,19 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "gpu_monitoring"
 COLLECTOR = ROLE / "files" / "gpuprov_gpu_metrics.py"
 
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec
-    assert spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-col = _load("gpuprov_gpu_metrics", COLLECTOR)
-flt = _load("gpu_monitoring_filters", ROLE / "filter_plugins" / "gpu_monitoring.py")
 
 # index, uuid, name, bus, driver, util, mem util, mem total, mem used, temp, power, limit,
 # sm clock, mem clock, ecc corrected, ecc uncorrected

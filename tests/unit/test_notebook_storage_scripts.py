@@ -3,32 +3,17 @@ example inventory's secrets (references to Vault or the controller's environment
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import gpuprov_jupyter as jupyter  # roles/jupyterlab/files/ (pythonpath)
 import pytest
+import s3_probe as probe  # roles/object_storage/files/ (pythonpath)
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-jupyter = _load("gpuprov_jupyter", ROOT / "roles/jupyterlab/files/gpuprov_jupyter.py")
-probe = _load("s3_probe", ROOT / "roles/object_storage/files/s3_probe.py")
 
 
 @pytest.mark.parametrize(
@@ -178,8 +163,8 @@ def test_example_inventory_secrets_are_references() -> None:
 
 def test_fleet_report_environment_section(tmp_path: Path) -> None:
     """scripts/report.py's "Notebooks and storage" section: named fields only, no token."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    report = importlib.import_module("report")
+    import report  # scripts/report.py (pythonpath)
+
     for sub, doc in {
         "plan": {"host": "h1", "gpu_info": {"gpus": []}, "plan": {"ok": True}},
         "smoke": {"host": "h1", "ok": True, "required": [], "not_passed": [], "layers": []},

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
-
-import report  # noqa: E402  (scripts/report.py, the tool under test)
+import report  # scripts/report.py, the tool under test (pythonpath)
 
 DOC = {
     "host": "lab-cpu",

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import secret_scan  # scripts/secret_scan.py, the tool under test (pythonpath)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCAN = ROOT / "scripts" / "secret_scan.py"
@@ -17,9 +18,6 @@ SCAN = ROOT / "scripts" / "secret_scan.py"
 # Shaped like real keys, assembled here (never a literal in the repository).
 PLANTED_KEY_ID = "AKIA" + "Z7QK2MWN4RTB6YHX"
 PLANTED_SECRET = "wK9" + "pZ" * 18 + "q"  # 40 characters
-
-sys.path.insert(0, str(SCAN.parent))
-import secret_scan  # noqa: E402  (scripts/secret_scan.py, the tool under test)
 
 
 @pytest.mark.parametrize(

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
+import gpuprov_secrets as secrets_filter  # plugins/filter/gpuprov_secrets.py (pythonpath)
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpuprov_secrets", ROOT / "plugins" / "filter" / "gpuprov_secrets.py"
-    )
-    assert spec
-    assert spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-secrets_filter = _load()
 PLACEHOLDERS = ["changeme", "password"]
 LOOKS = "tok looks like a placeholder (a template, <...> or one repeated char)"
 KNOWN = "tok is a known placeholder, not a secret"

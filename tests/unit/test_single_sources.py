@@ -46,3 +46,78 @@ def test_filter_refuses_an_unknown_os_family() -> None:
     assert plugin.gpu_compat_os_packages("Debian") == compat.debian_packages()
     with pytest.raises(AnsibleFilterError, match="'RedHat'"):
         plugin.gpu_compat_os_packages("RedHat")
+
+
+# ---------------------------------------------------------------------------
+# the controller's report directory (issue 8 item 3)
+
+REPORT_DEFAULT = re.compile(r"/\.\./reports")
+# The one default, in roles/gpuprov_report; its argument spec must repeat it (test_roles.py
+# checks that the specs equal the defaults), so these two files are one fact.
+REPORT_DEFAULT_HOME = {
+    "roles/gpuprov_report/defaults/main.yml",
+    "roles/gpuprov_report/meta/argument_specs.yml",
+}
+# Each <kind>/<host>.json report and the file whose task writes it through the role.
+REPORT_WRITERS = {
+    "plan": "playbooks/plan.yml",
+    "smoke": "roles/gpu_smoke/tasks/report.yml",
+    "notebook": "roles/jupyterlab/tasks/verify.yml",
+    "storage": "roles/object_storage/tasks/verify.yml",
+    "serving": "roles/model_serving/tasks/verify.yml",
+}
+
+
+WRITE_CALL = {"name": "gpuprov_report", "tasks_from": "write"}
+
+
+def _yaml_files() -> list[Path]:
+    return sorted(
+        p
+        for d in ("roles", "playbooks")
+        for p in (ROOT / d).rglob("*")
+        if p.suffix in (".yml", ".yaml")
+    )
+
+
+def test_report_dir_default_lives_in_gpuprov_report_only() -> None:
+    found = {
+        str(p.relative_to(ROOT)) for p in _yaml_files() if REPORT_DEFAULT.search(p.read_text())
+    }
+    assert found == REPORT_DEFAULT_HOME, (
+        f"a second copy of the report directory's default: {sorted(found - REPORT_DEFAULT_HOME)}; "
+        "include roles/gpuprov_report (gpuprov_report_root, or tasks_from: write) instead"
+    )
+    defaults = yaml.safe_load((ROOT / "roles/gpuprov_report/defaults/main.yml").read_text())
+    assert defaults == {"gpuprov_report_dir": "{{ playbook_dir ~ '/../reports' }}"}
+
+
+def test_no_role_defaults_gpuprov_report_dir_itself() -> None:
+    # Another spelling of a default (`gpuprov_report_dir | default(...)`) is a copy too.
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _yaml_files()
+        if re.search(r"gpuprov_report_dir\s*\|\s*default", p.read_text())
+    ]
+    assert offenders == []
+
+
+def _tasks(doc: object) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for item in doc if isinstance(doc, list) else []:
+        if isinstance(item, dict):
+            out.append(item)
+            for key in ("tasks", "block", "rescue", "always", "pre_tasks", "post_tasks"):
+                out += _tasks(item.get(key))
+    return out
+
+
+def test_every_host_report_is_written_through_gpuprov_report() -> None:
+    for kind, rel in REPORT_WRITERS.items():
+        writes = [
+            t
+            for t in _tasks(yaml.safe_load((ROOT / rel).read_text()))
+            if t.get("ansible.builtin.include_role") == WRITE_CALL
+            and (t.get("vars") or {}).get("gpuprov_report_kind") == kind  # type: ignore[union-attr]
+        ]
+        assert len(writes) == 1, f"{rel}: no (or more than one) gpuprov_report write of {kind}/"
