@@ -22,9 +22,11 @@ ALLOWED = {
     # The sys.path line is inside the code string a clean `python -S -I` subprocess runs, as
     # the host does: it proves the copied compat modules import with the stdlib alone.
     "tests/unit/test_smoke_coverage.py": "a host's interpreter, simulated in a subprocess",
+    "tests/unit/test_gpu_probe.py": "smokelib alone on a host, simulated in a subprocess",
     # Controller-side action plugin: loads its module by path and puts the checkout on
-    # sys.path for compat (Ansible loads plugins by path; owned by the gpu_info work).
-    "plugins/action/gpu_info.py": "Ansible action plugin; not changed here (gpu_info work)",
+    # sys.path for compat (Ansible loads plugins by path; on the controller Ansible does not
+    # resolve ansible.module_utils.gpu_probe for an action plugin).
+    "plugins/action/gpu_info.py": "Ansible action plugin: the probe and compat from the checkout",
 }
 
 
