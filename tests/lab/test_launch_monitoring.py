@@ -198,7 +198,8 @@ def test_node_exporter_serves_gpuprov_metrics_to_the_controller(
         }
         assert got == want, host
         stamp = metrics["gpuprov_smoke_last_verdict_timestamp_seconds"][0][1]
-        assert stamp == pytest.approx((reports / "smoke" / f"{host}.json").stat().st_mtime, abs=1)
+        # When the verdicts last changed: at most the report's last write (rewritten each run).
+        assert 0 < stamp <= (reports / "smoke" / f"{host}.json").stat().st_mtime + 1
         plan_file = reports / "plan" / f"{host}.json"
         if plan_file.exists():  # gpu_nodes only
             plan = json.loads(plan_file.read_text())["plan"]

@@ -118,6 +118,19 @@ def test_facts_document_reads_only_the_plan_fields_it_needs() -> None:
     }
 
 
+def test_facts_keep_the_time_of_unchanged_verdicts() -> None:
+    """A re-run whose plan and verdicts are the same rewrites nothing (idempotence): the time
+    is when the verdicts last changed, not when the smoke report was last written."""
+    plan = {"torch": "2.13.0", "variant": "cpu", "ok": True, "driver": {"branch": 470}}
+    smoke = {"ok": True, "layers": [{"layer": "L0", "status": "pass"}]}
+    first = flt.gpu_monitoring_facts(plan, smoke, 100.0)
+    assert flt.gpu_monitoring_facts(plan, smoke, 200.0, first)["smoke_time"] == 100.0
+    failed = {"ok": False, "layers": [{"layer": "L0", "status": "fail"}]}
+    assert flt.gpu_monitoring_facts(plan, failed, 200.0, first)["smoke_time"] == 200.0
+    other = {**plan, "torch": "2.12.0"}
+    assert flt.gpu_monitoring_facts(other, smoke, 200.0, first)["smoke_time"] == 200.0
+
+
 def test_scrape_config_has_one_target_per_host() -> None:
     cfg = flt.gpu_monitoring_scrape_config(
         [

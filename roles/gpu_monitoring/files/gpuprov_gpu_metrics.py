@@ -262,7 +262,7 @@ def facts_metrics(m: Metrics, facts: Mapping[str, Any], installed: Mapping[str, 
             "gpuprov_smoke_last_verdict_timestamp_seconds",
             float(facts["smoke_time"]),
             None,
-            "When the shipped smoke verdicts were written (Unix time)",
+            "When the shipped smoke verdicts last changed (Unix time)",
         )
 
 

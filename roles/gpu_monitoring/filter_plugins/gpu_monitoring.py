@@ -17,10 +17,17 @@ except ImportError:  # pragma: no cover  (imported without Ansible)
 
 
 def gpu_monitoring_facts(
-    plan: Mapping[str, Any] | None, smoke: Mapping[str, Any] | None, smoke_time: float | None
+    plan: Mapping[str, Any] | None,
+    smoke: Mapping[str, Any] | None,
+    smoke_time: float | None,
+    previous: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the host's collector turns into metrics: the plan (only .torch, .variant, .cuda,
-    .driver.branch, .ok are read), the smoke verdicts per layer, and their time."""
+    .driver.branch, .ok are read), the smoke verdicts per layer, and when they last changed.
+
+    ``previous`` is the facts file now on the host: when the plan and the verdicts are the
+    same, its time is kept, so a re-run that changes nothing rewrites nothing (the smoke
+    report on the controller is rewritten, with a new mtime, at every run)."""
     out: dict[str, Any] = {"plan": {}, "smoke": {}, "smoke_time": smoke_time}
     if plan:
         driver = plan.get("driver") or {}
@@ -39,6 +46,8 @@ def gpu_monitoring_facts(
                 for v in smoke.get("layers") or []
             ],
         }
+    if previous and previous.get("plan") == out["plan"] and previous.get("smoke") == out["smoke"]:
+        out["smoke_time"] = previous.get("smoke_time")
     return out
 
 
