@@ -50,6 +50,7 @@ __all__ = [
     "branch_check",
     "check",
     "check_measured",
+    "compute_capabilities",
     "debian_packages",
     "explain",
     "horovod_explain",
@@ -148,6 +149,22 @@ def horovod_explain(text: str) -> dict[str, Any] | None:
     return horovod.explain(text)
 
 
+def compute_capabilities(gpus: list[Any]) -> list[str]:
+    """The compute capability ("X.Y") of each GPU: a ``gpu_info`` dict (its
+    ``compute_capability``, else its ``pci_id`` or ``name``) or a name or PCI ID."""
+    out: list[str] = []
+    for g in gpus:
+        if isinstance(g, dict) and g.get("compute_capability"):
+            out.append(str(g["compute_capability"]))
+            continue
+        query = (g.get("pci_id") or g.get("name")) if isinstance(g, dict) else g
+        found = lookup(str(query))
+        if not found:
+            raise CompatError(f"unknown GPU {query!r} (gpu-compat lookup NAME)")
+        out.append(str(found[0]["compute_capability"]))
+    return out
+
+
 def serving_onnx(
     torch: str, onnxruntime: str, opset: int | None = None, exporter: str = "torchscript"
 ) -> dict[str, Any]:
@@ -168,12 +185,7 @@ def serving_triton(
     newest that runs, or None) and images (every verdict, with reasons)."""
     from compat import serving
 
-    ccs: list[str] = []
-    for g in gpus:
-        found = lookup(str(g))
-        if not found:
-            raise CompatError(f"unknown GPU {g!r} (gpu-compat lookup NAME)")
-        ccs.append(str(found[0]["compute_capability"]))
+    ccs = compute_capabilities(gpus)
     tables = serving.load()
     if tag:
         verdicts = [serving.triton_check(tables, tag, driver, ccs, forward_compat)]

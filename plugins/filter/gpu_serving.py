@@ -64,17 +64,7 @@ def _tables() -> Any:
 
 
 def _ccs(gpus: Any) -> list[str]:
-    out: list[str] = []
-    for g in gpus or []:
-        if isinstance(g, dict) and g.get("compute_capability"):
-            out.append(str(g["compute_capability"]))
-            continue
-        query = (g.get("pci_id") or g.get("name")) if isinstance(g, dict) else g
-        found = compat.lookup(str(query))
-        if not found:
-            raise AnsibleFilterError(f"unknown GPU {query!r} (gpu-compat lookup NAME)")
-        out.append(str(found[0]["compute_capability"]))
-    return out
+    return compat.compute_capabilities(list(gpus or []))  # CompatError: the callers say which
 
 
 def gpu_serving_triton_check(tag: Any, driver: Any = None, gpus: Any = None) -> dict[str, Any]:

@@ -329,3 +329,24 @@ def test_cli_serving_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> 
     assert "needs --torch VERSION and --onnxruntime VERSION" in capsys.readouterr().err
     assert cli.main(["serving", "triton", "--gpu", "NoSuchGPU", "--driver", "550"]) == 2
     assert "unknown GPU 'NoSuchGPU'" in capsys.readouterr().err
+
+
+def test_compute_capabilities_of_names_pci_ids_and_gpu_info_dicts() -> None:
+    import compat
+
+    got = compat.compute_capabilities(
+        ["Tesla K40m", "10de:17fd", {"name": "x", "compute_capability": "8.0"}, {"name": "T4"}]
+    )
+    assert got == ["3.5", "5.2", "8.0", "7.5"]  # K40m sm_35, M40 (10de:17fd) sm_52, T4 sm_75
+    with pytest.raises(CompatError, match="unknown GPU 'no such gpu'"):
+        compat.compute_capabilities([{"name": "no such gpu"}])
+
+
+def test_serving_filter_takes_gpu_info_dicts_and_names_the_filter_on_errors() -> None:
+    import gpu_serving  # plugins/filter/gpu_serving.py (on pytest's pythonpath)
+    from ansible.errors import AnsibleFilterError
+
+    v = gpu_serving.gpu_serving_triton_check("24.04", "470", [{"name": "T4"}])
+    assert v["ok"] is False and "470" in "; ".join(v["reasons"])
+    with pytest.raises(AnsibleFilterError, match="gpu_serving_triton_pick: unknown GPU"):
+        gpu_serving.gpu_serving_triton_pick("535", ["no such gpu"])
