@@ -347,6 +347,7 @@ def test_serving_filter_takes_gpu_info_dicts_and_names_the_filter_on_errors() ->
     from ansible.errors import AnsibleFilterError
 
     v = gpu_serving.gpu_serving_triton_check("24.04", "470", [{"name": "T4"}])
-    assert v["ok"] is False and "470" in "; ".join(v["reasons"])
+    assert v["ok"] is False
+    assert "470" in "; ".join(v["reasons"])
     with pytest.raises(AnsibleFilterError, match="gpu_serving_triton_pick: unknown GPU"):
         gpu_serving.gpu_serving_triton_pick("535", ["no such gpu"])
