@@ -14,14 +14,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
 from ansible.plugins.action import ActionBase
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class MatrixGPU(Protocol):
@@ -56,12 +53,11 @@ def _load_probe() -> ModuleType:
 
 
 def load_matrix() -> Matrix:
-    """Import compat from the installed package or, failing that, from this repository."""
+    """The compat matrix from the controller's installed gpuprov package."""
     try:
         import compat  # controller-only dependency
-    except ImportError:
-        sys.path.insert(0, str(REPO_ROOT))
-        import compat
+    except ImportError as exc:
+        raise ImportError(f"{exc}: run `pip install -e .` in the venv that runs ansible") from exc
     matrix: Matrix = compat.load()
     return matrix
 

@@ -23,10 +23,10 @@ ALLOWED = {
     # the host does: it proves the copied compat modules import with the stdlib alone.
     "tests/unit/test_smoke_coverage.py": "a host's interpreter, simulated in a subprocess",
     "tests/unit/test_gpu_probe.py": "smokelib alone on a host, simulated in a subprocess",
-    # Controller-side action plugin: loads its module by path and puts the checkout on
-    # sys.path for compat (Ansible loads plugins by path; on the controller Ansible does not
-    # resolve ansible.module_utils.gpu_probe for an action plugin).
-    "plugins/action/gpu_info.py": "Ansible action plugin: the probe and compat from the checkout",
+    # Controller-side action plugin: Ansible ships plugins/module_utils/gpu_probe.py to hosts
+    # as ansible.module_utils.gpu_probe but does not resolve that name for an action plugin
+    # on the controller, so the plugin loads the same file by path (one probe, not a copy).
+    "plugins/action/gpu_info.py": "Ansible action plugin: the hardware probe's one file",
 }
 
 
