@@ -45,6 +45,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _vault_secrets(loader: Any, password_file: str) -> list[Any]:
+    """The process's vault secrets. ansible-core 2.19 keeps them in a context that can be
+    initialized once per process (VaultSecretsContext): the first read sets it up from
+    password_file, later reads reuse it (a second setup raises "already initialized")."""
+    from ansible.cli import CLI
+    from ansible.parsing.vault import VaultSecretsContext
+
+    current = VaultSecretsContext.current(optional=True)
+    if current is not None:
+        return list(current.secrets)
+    return list(CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[password_file]))
+
+
 def read(path: Path, *, with_vars: bool = True) -> Inventory:
     """Every host (with its merged variables unless with_vars is False) and group."""
     if not path.exists():
@@ -59,11 +72,7 @@ def read(path: Path, *, with_vars: bool = True) -> Inventory:
         loader = DataLoader()
         password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
         if with_vars and password_file:
-            from ansible.cli import CLI
-
-            loader.set_vault_secrets(
-                CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[password_file])
-            )
+            loader.set_vault_secrets(_vault_secrets(loader, password_file))
         manager = InventoryManager(loader=loader, sources=[str(path)])
         if not manager.list_hosts():
             raise InventoryError(f"no hosts in {path} (not an Ansible inventory?)")

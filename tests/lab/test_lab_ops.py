@@ -49,9 +49,6 @@ def test_reset_replaces_one_host_and_keeps_the_others(lab: Lab) -> None:
     assert "--recreate names hosts not in the lab: no-such-host" in unknown.stderr
 
 
-# Out of CI (`make test-env`) until fixed: failed in the 2026-12-01 clean run with
-# "The VaultSecretsContext context is already initialized" (not yet read).
-@pytest.mark.env
 def test_a_stopped_host_whose_port_was_taken_is_republished(lab: Lab) -> None:
     host = _small_host(lab)
     hv = lab.hosts[host]

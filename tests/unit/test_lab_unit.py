@@ -537,3 +537,39 @@ def test_a_missing_tool_is_one_line_not_a_traceback(
     assert capsys.readouterr().err == (
         "lab.py: dpkg-scanpackages: not found; `make prereqs` installs the lab's tools\n"
     )
+
+
+def test_an_inventory_with_vaulted_values_reads_twice_in_one_process(tmp_path: Path) -> None:
+    """ansible-core 2.19's vault context may be set up once per process; the lab's tests read
+    the inventory again after `lab.py up` rewrote it (test_lab_ops). In a child process: the
+    context is process-global and must not leak into this one."""
+    import subprocess
+    import sys
+
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    password = tmp_path / "vault-password"
+    password.write_text("lab-only\n")
+    vault = VaultLib([("default", VaultSecret(b"lab-only"))])
+    blob = vault.encrypt("s3cret").decode()
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(
+        "all:\n  hosts:\n    h1:\n      ansible_host: 127.0.0.1\n      secret: !vault |\n"
+        + "".join(f"        {line}\n" for line in blob.splitlines())
+    )
+    script = (
+        "import sys; from pathlib import Path; from gpuprov_lab import ansible_inventory as ai\n"
+        "p = Path(sys.argv[1])\n"
+        "first = ai.load(p)['h1']; second = ai.load(p)['h1']\n"
+        "print(first['ansible_host'], second['ansible_host'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(hosts)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(REPO / "scripts"), "ANSIBLE_VAULT_PASSWORD_FILE": str(password)},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["127.0.0.1", "127.0.0.1"]
