@@ -61,10 +61,18 @@ class Lab:
         argv = ssh_argv(self.hosts[host], command)
         return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
 
+    @property
+    def reports(self) -> Path:
+        """The lab's one report directory on the controller (never the repository's reports/)."""
+        return REPO / ".lab" / self.name / "reports"
+
     def ansible_playbook(
         self, playbook: str | Path, *args: str, check: bool = False, timeout: float = 3600
     ) -> subprocess.CompletedProcess[str]:
-        return self._ansible("ansible-playbook", [str(playbook), *args], check, timeout)
+        """Every run writes its reports to `reports`, unless a later `-e gpuprov_report_dir=`
+        in args overrides it (the last -e wins)."""
+        own = ("-e", f"gpuprov_report_dir={self.reports}")
+        return self._ansible("ansible-playbook", [str(playbook), *own, *args], check, timeout)
 
     def ansible(
         self, pattern: str, *args: str, check: bool = False, timeout: float = 600

@@ -73,7 +73,7 @@ def served(lab: Lab, torch_hosts: list[str]) -> dict[str, dict[str, Any]]:
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     reports = {}
     for host in torch_hosts:
-        path = REPO / "reports" / "serving" / f"{host}.json"
+        path = lab.reports / "serving" / f"{host}.json"
         assert path.exists(), f"{path}: site.yml wrote no serving report"
         reports[host] = json.loads(path.read_text(encoding="utf-8"))
     return reports
@@ -107,7 +107,7 @@ def test_export_checks_pass_on_every_torch_host(
             "reason": "no CUDA device for torch on this host: TensorRT needs a GPU",
         }
         # The same verdict reached the fleet report through gpu_smoke (required in the lab).
-        smoke = json.loads((REPO / "reports" / "smoke" / f"{host}.json").read_text())
+        smoke = json.loads((lab.reports / "smoke" / f"{host}.json").read_text())
         assert [x["status"] for x in smoke["layers"] if x["layer"] == "L6"] == ["pass (cpu)"]
 
 
@@ -228,7 +228,7 @@ def test_triton_tag_needing_a_newer_driver_is_refused_in_preflight(
     timed(capsys, "Triton preflight refusal", start)
     out = " ".join(run.stdout.split())
     assert run.returncode != 0, run.stdout[-4000:]
-    plan = json.loads((REPO / "reports" / "plan" / f"{host}.json").read_text())
+    plan = json.loads((lab.reports / "plan" / f"{host}.json").read_text())
     branch = plan["plan"]["driver"]["branch"]
     assert branch == 470  # the K40m's last branch (compat/data/architectures.yaml: Kepler)
     assert (

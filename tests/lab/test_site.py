@@ -140,9 +140,10 @@ def report_time(capsys: pytest.CaptureFixture[str], label: str, seconds: float) 
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Plan reports of these runs (kept out of the repository's reports/)."""
-    return tmp_path_factory.mktemp("site-reports")
+def report_dir(lab: Lab) -> Path:
+    """The lab's report directory (not the repository's reports/): later modules read the
+    smoke and serving reports of this converge there."""
+    return Path(lab.reports)
 
 
 @pytest.fixture(scope="module")
