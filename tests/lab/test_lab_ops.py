@@ -10,7 +10,6 @@ import socket
 import subprocess
 from typing import Any
 
-import pytest
 from gpuprov_lab import ansible_inventory
 from gpuprov_lab.inventory import ssh_argv
 

@@ -8,7 +8,8 @@ converges the lab with site.yml first.
 
 Nothing is simulated here but the lab's PCI devices: the exports, pip installs, the servers,
 the HTTP/gRPC requests and tritonclient are real. The opset-mismatch test installs a real old
-onnxruntime (1.16.3, opsets up to 19 by compat/data/onnx.yaml) beside the host's torch.
+onnxruntime (1.16.3, opsets up to 19 by compat/data/onnx.yaml), with the NumPy 1 stack it needs
+(OLD_ORT_PINS), beside the host's torch.
 
 Run: GPUPROV_LAB_NAME=h9 GPUPROV_LAB_KEEP=1 pytest -m lab -p no:randomly \
     tests/lab/test_model_serving.py
@@ -34,7 +35,12 @@ RECAP = re.compile(
 SMOKE = "/opt/gpuprov/smoke"
 PY = "/opt/gpuprov/venv/bin/python"
 SERVING = "/opt/gpuprov/serving"
-OLD_ORT = "/opt/gpuprov-test/ort-1.16.3"
+OLD_ORT = "/opt/gpuprov-test/ort-1.16.3-numpy1"
+# onnxruntime 1.16.3 is built for NumPy 1.x, and so must be everything the L6 process imports
+# that touches NumPy's C API: onnx 1.16.2 (the venv's onnx needs NumPy 2: "module was compiled
+# against NumPy C-API version 0x12") and ml-dtypes 0.5.1 (0.4 lacks the float6 types onnxsim
+# uses; 0.7 needs NumPy 2). An old serving stack as a whole, beside the host's torch.
+OLD_ORT_PINS = "onnxruntime==1.16.3 numpy==1.26.4 onnx==1.16.2 ml-dtypes==0.5.1"
 Lab = Any
 
 
@@ -111,9 +117,6 @@ def test_export_checks_pass_on_every_torch_host(
         assert [x["status"] for x in smoke["layers"] if x["layer"] == "L6"] == ["pass (cpu)"]
 
 
-# Out of CI (`make test-env`) until fixed: failed in the 2026-12-01 clean run with
-# KeyError 'onnxruntime' (not yet read).
-@pytest.mark.env
 def test_an_opset_the_installed_onnxruntime_lacks_fails_naming_both_versions(
     lab: Lab, torch_hosts: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -121,7 +124,7 @@ def test_an_opset_the_installed_onnxruntime_lacks_fails_naming_both_versions(
     start = time.monotonic()
     install = (
         f"test -e {OLD_ORT}/onnxruntime/__init__.py || {PY} -m pip install --quiet "
-        f"--target {OLD_ORT} onnxruntime==1.16.3 numpy==1.26.4"
+        f"--target {OLD_ORT} {OLD_ORT_PINS}"
     )
     got = lab.ssh(host, install, check=False, timeout=900)
     assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
