@@ -69,10 +69,11 @@ class Lab:
     def ansible_playbook(
         self, playbook: str | Path, *args: str, check: bool = False, timeout: float = 3600
     ) -> subprocess.CompletedProcess[str]:
-        """Every run writes its reports to `reports`, unless a later `-e gpuprov_report_dir=`
-        in args overrides it (the last -e wins)."""
+        """Every run writes its reports to `reports`, unless an `-e gpuprov_report_dir=` in
+        args overrides it (the last -e wins). Ours goes first: ansible-playbook takes its
+        playbooks as one run of positional arguments, so nothing may sit between them."""
         own = ("-e", f"gpuprov_report_dir={self.reports}")
-        return self._ansible("ansible-playbook", [str(playbook), *own, *args], check, timeout)
+        return self._ansible("ansible-playbook", [*own, str(playbook), *args], check, timeout)
 
     def ansible(
         self, pattern: str, *args: str, check: bool = False, timeout: float = 600
