@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from typing import Any
 
 from gpuprov_lab import ansible_inventory
@@ -32,6 +33,23 @@ def _small_host(lab: Lab) -> str:
     return (trixie or sorted(lab.hosts))[0]
 
 
+def _squat(port: int, wait: float = 30) -> socket.socket:
+    """A socket bound to port, once the stopped container's docker-proxy has let it go (it
+    exits after `docker stop` returns: binding at once failed with EADDRINUSE)."""
+    deadline = time.monotonic() + wait
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+        else:
+            return sock
+
+
 def test_reset_replaces_one_host_and_keeps_the_others(lab: Lab) -> None:
     target = sorted(lab.hosts)[-1]
     before = {h: _container_id(hv["lab_container"]) for h, hv in lab.hosts.items()}
@@ -53,8 +71,7 @@ def test_a_stopped_host_whose_port_was_taken_is_republished(lab: Lab) -> None:
     hv = lab.hosts[host]
     lab.ssh(host, "echo kept > /root/gpuprov-republish-marker")
     subprocess.run(["docker", "stop", hv["lab_container"]], capture_output=True, check=True)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.bind(("127.0.0.1", int(hv["ansible_port"])))
+    with _squat(int(hv["ansible_port"])) as squatter:
         squatter.listen(1)
         proc = lab.lab_py("up", check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
