@@ -180,7 +180,17 @@ def test_mpirun_command_uses_the_hostfile_slots_and_exec_per_rank() -> None:
     cfg = gl.parse_config(RAW)
     argv = gl.mpirun_argv(cfg, None, ["python", "train.py"])
     assert argv[:5] == ["mpirun", "--hostfile", "/etc/gpuprov/hostfile", "-np", "5"]
-    assert argv[-5:] == ["/usr/local/bin/gpuprov-launch", "exec", "--", "python", "train.py"]
+    assert argv[-7:] == [
+        "/usr/local/bin/gpuprov-launch",
+        "exec",
+        "--master-addr",
+        "10.0.0.1",
+        "--",
+        "python",
+        "train.py",
+    ]
+    moved = gl.mpirun_argv(cfg, None, ["x"], "10.0.0.2")
+    assert moved[moved.index("--master-addr") + 1] == "10.0.0.2"
     assert "btl_tcp_if_include" in argv
     assert argv[argv.index("btl_tcp_if_include") + 1] == "10.0.0.0/24"
     per_host = gl.mpirun_argv(cfg, 1, ["x"])
@@ -189,6 +199,48 @@ def test_mpirun_command_uses_the_hostfile_slots_and_exec_per_rank() -> None:
     rsh = per_host[per_host.index("plm_rsh_args") + 1]
     assert "BatchMode=yes" in rsh
     assert "ConnectTimeout=5" in rsh
+
+
+def test_rank0_is_the_launching_host_when_it_is_in_the_hostfile_else_the_first() -> None:
+    # Open MPI 4.1 starts rank 0 on its own node, whatever the hostfile's order (seen on the
+    # lab: launched from the third host, rank 0 ran there and the first host's store never
+    # came up). The seam is "is this address mine?": the hosts here are not this machine's.
+    cfg = gl.parse_config(RAW)
+    a, b = cfg.hosts
+    assert gl.rank0_host(cfg.hosts, lambda addr: addr == b.address) == b
+    assert gl.rank0_host(cfg.hosts, lambda addr: False) == a
+
+
+def test_local_addresses_are_the_ones_this_machine_binds() -> None:
+    assert gl.is_local_address("127.0.0.1") is True
+    assert gl.is_local_address("192.0.2.1") is False  # TEST-NET-1, never assigned
+
+
+def test_rank0_refuses_a_master_address_that_is_not_its_own(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    }
+    base = [sys.executable, str(WRAPPER), "--config", str(_config_file(tmp_path)), "exec"]
+    wrong = subprocess.run(
+        [*base, "--master-addr", "192.0.2.1", "--", "env"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert wrong.returncode == 2
+    assert "but MASTER_ADDR is 192.0.2.1, not an address of this machine" in wrong.stderr
+    ok = subprocess.run(
+        [*base, "--master-addr", "127.0.0.1", "--", "env"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    assert "MASTER_ADDR=127.0.0.1" in ok.stdout.splitlines()
 
 
 def test_torchrun_rendezvous_is_the_inventory_endpoint_and_only_the_master_hosts() -> None:

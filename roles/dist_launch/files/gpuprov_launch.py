@@ -30,11 +30,12 @@ import argparse
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,7 @@ def torch_env_from_mpi(
     OMPI_COMM_WORLD_RANK -> RANK, OMPI_COMM_WORLD_SIZE -> WORLD_SIZE,
     OMPI_COMM_WORLD_LOCAL_RANK -> LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE -> LOCAL_WORLD_SIZE,
     OMPI_COMM_WORLD_NODE_RANK -> GROUP_RANK (when given); MASTER_ADDR/MASTER_PORT: the
-    first host of the hostfile (where rank 0 runs) and the configured port.
+    address of rank 0's host (see rank0_host) and the configured port.
     """
     need = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
     missing = [k for k in need if k not in environ]
@@ -197,8 +198,30 @@ def torchrun_node_argv(
     ]
 
 
-def mpirun_argv(cfg: Config, per_host: int | None, command: Sequence[str]) -> list[str]:
-    """mpirun over the hostfile; every rank runs `gpuprov-launch exec -- COMMAND`."""
+def is_local_address(address: str) -> bool:
+    """Whether address belongs to this machine (a socket binds only to a local address)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def rank0_host(hosts: Sequence[Host], is_local: Callable[[str], bool]) -> Host:
+    """Where Open MPI starts rank 0: on the launching machine when it is one of the hosts
+    (mpirun puts its own node first, whatever the hostfile's order), else the hostfile's
+    first host. Measured on the lab with Open MPI 4.1 (Debian 12): launched from lab-cpu,
+    listed third, rank 0 ran on lab-cpu."""
+    return next((h for h in hosts if is_local(h.address)), hosts[0])
+
+
+def mpirun_argv(
+    cfg: Config, per_host: int | None, command: Sequence[str], master_addr: str | None = None
+) -> list[str]:
+    """mpirun over the hostfile; every rank runs `gpuprov-launch exec -- COMMAND`, told the
+    address of rank 0's host (master_addr; default the configured one)."""
     np = len(cfg.hosts) * per_host if per_host else sum(h.slots for h in cfg.hosts)
     argv = ["mpirun", "--hostfile", cfg.hostfile, "-np", str(np)]
     if per_host:
@@ -210,7 +233,8 @@ def mpirun_argv(cfg: Config, per_host: int | None, command: Sequence[str]) -> li
         argv += ["--mca", "oob_tcp_if_include", cfg.mpi_network]
     # TCP only: no shared-memory or UCX transports to probe in containers or across hosts.
     argv += ["--mca", "pml", "ob1", "--mca", "btl", "self,tcp"]
-    return [*argv, cfg.launcher, "exec", "--", *command]
+    master = master_addr or cfg.master_addr
+    return [*argv, cfg.launcher, "exec", "--master-addr", master, "--", *command]
 
 
 def unreachable_message(down: Mapping[str, str], hosts: Sequence[Host]) -> str:
@@ -337,7 +361,7 @@ def run_mpirun(cfg: Config, per_host: int | None, timeout: int, command: Sequenc
     if down:
         sys.stderr.write(f"gpuprov-launch mpirun: {unreachable_message(down, cfg.hosts)}\n")
         return EXIT_UNREACHABLE
-    argv = mpirun_argv(cfg, per_host, command)
+    argv = mpirun_argv(cfg, per_host, command, rank0_host(cfg.hosts, is_local_address).address)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
@@ -354,9 +378,15 @@ def run_mpirun(cfg: Config, per_host: int | None, timeout: int, command: Sequenc
     return proc.returncode
 
 
-def exec_rank(cfg: Config, command: Sequence[str]) -> int:
+def exec_rank(cfg: Config, command: Sequence[str], master_addr: str | None = None) -> int:
     env = dict(os.environ)
-    env.update(torch_env_from_mpi(env, cfg.master_addr, cfg.master_port))
+    env.update(torch_env_from_mpi(env, master_addr or cfg.master_addr, cfg.master_port))
+    if env["RANK"] == "0" and not is_local_address(env["MASTER_ADDR"]):
+        # Every other rank would wait for a store that nobody serves, until its timeout.
+        raise ConfigError(
+            f"rank 0 runs on {socket.gethostname()}, but MASTER_ADDR is {env['MASTER_ADDR']}, "
+            "not an address of this machine (start jobs with `gpuprov-launch mpirun`)"
+        )
     env.update(ifname_env(cfg.ifname))
     os.execvpe(command[0], list(command), env)  # noqa: S606  # the user's own command
     return 0  # pragma: no cover
@@ -382,8 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mp = sub.add_parser("mpirun", help="mpirun over the hostfile")
     mp.add_argument("--per-host", type=int, default=None, help="ranks per host (default: slots)")
     mp.add_argument("--timeout", type=int, default=600)
-    for name in ("exec", "node"):
-        sub.add_parser(name, help=argparse.SUPPRESS)
+    ex = sub.add_parser("exec", help=argparse.SUPPRESS)
+    ex.add_argument("--master-addr", default=None)
+    sub.add_parser("node", help=argparse.SUPPRESS)
     sub.add_parser("env", help="print the torch.distributed environment of this MPI rank")
     args, rest = parser.parse_known_args(argv)
     command = rest[1:] if rest[:1] == ["--"] else rest
@@ -411,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "mpirun":
             return run_mpirun(cfg, args.per_host, args.timeout, command)
         if args.cmd == "exec":
-            return exec_rank(cfg, command)
+            return exec_rank(cfg, command, args.master_addr)
         return exec_node(cfg, command)
     except ConfigError as exc:
         sys.stderr.write(f"gpuprov-launch: {exc}\n")
