@@ -65,6 +65,8 @@ __all__ = [
     "releases_for_gpu",
     "resolve",
     "serving_onnx",
+    "serving_onnx_runtimes",
+    "serving_torchserve",
     "serving_triton",
     "show",
     "suggestions",
@@ -192,6 +194,21 @@ def serving_triton(
     else:
         verdicts = serving.triton_images(tables, driver, ccs, forward_compat)
     return {"pick": next((v for v in verdicts if v["ok"]), None), "images": verdicts}
+
+
+def serving_onnx_runtimes() -> list[dict[str, Any]]:
+    """The onnxruntime releases and the highest ONNX opset each runs (compat/data/onnx.yaml)."""
+    from compat import serving
+
+    rows = serving.load()["onnx.yaml"]["runtimes"]
+    return [{"onnxruntime": r["onnxruntime"], "max_opset": r["max_opset"]} for r in rows]
+
+
+def serving_torchserve(version: str, torch: str, java: int | None = None) -> dict[str, Any]:
+    """Whether a TorchServe release runs with this torch (and Java major): ok, reasons."""
+    from compat import serving
+
+    return serving.torchserve_check(serving.load(), version, torch, java)
 
 
 def releases_for_gpu(query: str, channel: str = "pip") -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Pure functions over ``compat/data/{onnx,triton,tensorrt,torchserve}.yaml`` (loaded and
 validated by :mod:`compat.serving_data`; nothing here touches a host). The Ansible filters in
-``plugins/filter/gpu_serving.py`` and, through ``compat.serving_onnx`` /
+``plugins/filter/gpu_compat.py`` and, through ``compat.serving_onnx`` /
 ``compat.serving_triton``, ``gpu-compat serving`` call them.
 
 - :func:`onnx_check`: can torch X's exporter write opset N, and does onnxruntime Y run it?

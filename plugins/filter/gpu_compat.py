@@ -1,6 +1,7 @@
 # Copyright: gpuprov contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible filters over gpuprov's compatibility matrix (the same library as ``gpu-compat``)."""
+"""Ansible filters over gpuprov's compatibility matrix and serving tables (the same library as
+``gpu-compat``, ``gpu-compat serving``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ description:
     whether a driver branch drives every GPU of a host; C(gpu_compat_allowed_branches) the
     branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
     whole C(gpu_info) fact, the packaged branches and the inventory pins.
+  - Over C(compat/data/{triton,onnx,torchserve}.yaml), as C(gpu-compat serving):
+    C(gpu_serving_triton_check) judges one NGC tritonserver tag against the host's driver
+    branch and GPUs (C(ok), C(reasons)); C(gpu_serving_triton_pick) returns the newest tag
+    that runs (empty dict when none); C(gpu_serving_onnx_runtimes) the opset table of the
+    onnxruntime releases; C(gpu_serving_torchserve_check) judges a TorchServe release.
 positional: gpus
 options:
   gpus:
@@ -50,6 +56,12 @@ EXAMPLES += r"""
     gpuprov_plan: >-
       {{ ansible_facts['gpu_info'] | gpu_compat_plan(packaged_branches=[535, 550],
            driver_branch=nvidia_driver_branch | default(none), host=inventory_hostname) }}
+"""
+
+EXAMPLES += r"""
+- name: Refuse a Triton tag the host's driver cannot run
+  ansible.builtin.assert:
+    that: (model_serving_triton_tag | gpu_serving_triton_check(gpuprov_plan.driver.branch, gpus)).ok
 """
 
 RETURN = r"""
@@ -233,6 +245,46 @@ def gpu_compat_host_modules(what: Any = "smoke") -> list[str]:
     return list(compat.HOST_MODULES)
 
 
+# --- serving (compat/serving.py) ----------------------------------------------------------
+
+
+def gpu_serving_triton_check(tag: Any, driver: Any = None, gpus: Any = None) -> dict[str, Any]:
+    _require()
+    try:
+        verdict: dict[str, Any] = compat.serving_triton(
+            driver or None, list(gpus or []), tag=str(tag)
+        )["images"][0]
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_serving_triton_check: {exc}") from exc
+    return verdict
+
+
+def gpu_serving_triton_pick(driver: Any, gpus: Any = None) -> dict[str, Any]:
+    _require()
+    try:
+        pick: dict[str, Any] | None = compat.serving_triton(driver or None, list(gpus or []))[
+            "pick"
+        ]
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_serving_triton_pick: {exc}") from exc
+    return pick or {}
+
+
+def gpu_serving_onnx_runtimes(_: Any = None) -> list[dict[str, Any]]:
+    _require()
+    return compat.serving_onnx_runtimes()
+
+
+def gpu_serving_torchserve_check(version: Any, torch: Any, java: Any = None) -> dict[str, Any]:
+    _require()
+    try:
+        return compat.serving_torchserve(
+            str(version), str(torch), None if java in (None, "") else int(java)
+        )
+    except CompatError as exc:
+        raise AnsibleFilterError(f"gpu_serving_torchserve_check: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -245,4 +297,8 @@ class FilterModule:
             "gpu_compat_install": gpu_compat_install,
             "gpu_compat_os_packages": gpu_compat_os_packages,
             "gpu_compat_host_modules": gpu_compat_host_modules,
+            "gpu_serving_triton_check": gpu_serving_triton_check,
+            "gpu_serving_triton_pick": gpu_serving_triton_pick,
+            "gpu_serving_onnx_runtimes": gpu_serving_onnx_runtimes,
+            "gpu_serving_torchserve_check": gpu_serving_torchserve_check,
         }

@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -296,7 +295,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker(args.result, args.size_mib, args.iters, args.pg_timeout)
     started = time.monotonic()
     result_path = Path(args.result or f"/tmp/gpuprov-l5-{os.getpid()}.json")  # noqa: S108
-    result_path.unlink(missing_ok=True)
     cmd = torchrun_command(
         args.python,
         str(Path(__file__).resolve()),
@@ -312,14 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pg_timeout,
         args.timeout,
     )
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, timeout=args.timeout + 30
-        )
-        rc, output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, output = 124, str(exc)
-    result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
+    rc, output, result = sl.run_for_result(cmd, result_path, args.timeout + 30)
     v = judge(
         rc,
         output,

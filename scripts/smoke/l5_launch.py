@@ -18,10 +18,8 @@ Prints {"ok": bool, "layers": [verdict, verdict]}. Exit 0 all pass, 1 a launcher
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -164,7 +162,6 @@ def _last_launch_line(output: str) -> str:
 def run_one(which: str, args: Any) -> dict[str, Any]:
     started = time.monotonic()
     result_path = Path(f"/tmp/gpuprov-l5-{which}-{os.getuid()}.json")  # noqa: S108  # per user
-    result_path.unlink(missing_ok=True)
     argv = launch_argv(
         args.launcher,
         which,
@@ -175,14 +172,7 @@ def run_one(which: str, args: Any) -> dict[str, Any]:
         args.size_mib,
         args.iters,
     )
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, check=False, timeout=args.timeout + 60
-        )
-        rc, output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, output = 124, str(exc)
-    result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
+    rc, output, result = sl.run_for_result(argv, result_path, args.timeout + 60)
     v = judge(which, rc, output, result, time.monotonic() - started, args.timeout, started)
     v["details"]["command"] = " ".join(argv)
     return v

@@ -209,6 +209,24 @@ def run(
     )
 
 
+def run_for_result(
+    argv: Sequence[str], result_path: Path, timeout: float
+) -> tuple[int, str, dict[str, Any] | None]:
+    """Run a launcher whose workers write a JSON result to result_path (removed first, so a
+    stale one is never read): its exit code (124 on timeout), its output, and the result or
+    None when no worker wrote one. The caller's environment is passed on as it is."""
+    result_path.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, check=False, timeout=timeout
+        )
+        rc, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, output = 124, str(exc)
+    result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
+    return rc, output, result
+
+
 def query_smi(smi: str | None = None) -> dict[str, Any] | None:
     """Same answer as query_nvml, from nvidia-smi; None when it is missing. When it fails,
     ``error`` holds what it said and ``gpus`` is empty."""

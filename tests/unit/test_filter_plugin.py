@@ -39,6 +39,10 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_install",
         "gpu_compat_os_packages",
         "gpu_compat_host_modules",
+        "gpu_serving_triton_check",
+        "gpu_serving_triton_pick",
+        "gpu_serving_onnx_runtimes",
+        "gpu_serving_torchserve_check",
     }
 
 

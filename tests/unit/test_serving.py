@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+import compat
 from compat import cli, serving, serving_data
 from compat.model import CompatDataError, CompatError
 
@@ -343,7 +344,7 @@ def test_compute_capabilities_of_names_pci_ids_and_gpu_info_dicts() -> None:
 
 
 def test_serving_filter_takes_gpu_info_dicts_and_names_the_filter_on_errors() -> None:
-    import gpu_serving  # plugins/filter/gpu_serving.py (on pytest's pythonpath)
+    import gpu_compat as gpu_serving  # plugins/filter/gpu_compat.py (on pytest's pythonpath)
     from ansible.errors import AnsibleFilterError
 
     v = gpu_serving.gpu_serving_triton_check("24.04", "470", [{"name": "T4"}])
@@ -351,3 +352,12 @@ def test_serving_filter_takes_gpu_info_dicts_and_names_the_filter_on_errors() ->
     assert "470" in "; ".join(v["reasons"])
     with pytest.raises(AnsibleFilterError, match="gpu_serving_triton_pick: unknown GPU"):
         gpu_serving.gpu_serving_triton_pick("535", ["no such gpu"])
+    # The opset table as written in the data file; TorchServe judged by the filter, errors named.
+    rows = yaml.safe_load((Path(compat.__file__).parent / "data" / "onnx.yaml").read_text())
+    table = {str(r["onnxruntime"]): r["max_opset"] for r in rows["runtimes"]}
+    got = {str(r["onnxruntime"]): r["max_opset"] for r in gpu_serving.gpu_serving_onnx_runtimes()}
+    assert got == table
+    assert got["1.16"] == 19
+    assert gpu_serving.gpu_serving_torchserve_check("0.12.0", "2.3.1", 21)["ok"] is False
+    with pytest.raises(AnsibleFilterError, match="gpu_serving_torchserve_check: "):
+        gpu_serving.gpu_serving_torchserve_check("0.1.0", "2.4", "17")

@@ -707,3 +707,20 @@ def test_run_all_without_torch_skips_the_torch_layers(tmp_path, capsys):
     for layer in ("L3", "PERF", "L4"):
         assert got[layer] == ("skipped", reason), layer
     assert rc == 0
+
+
+def test_run_for_result_reads_the_workers_json_and_never_a_stale_one(tmp_path: Path) -> None:
+    import sys
+
+    result = tmp_path / "r.json"
+    result.write_text('{"stale": true}')
+    write = f"import json,sys; json.dump({{'ok': 1}}, open({str(result)!r}, 'w')); print('hi')"
+    rc, output, got = sl.run_for_result([sys.executable, "-c", write], result, 60)
+    assert (rc, output.strip(), got) == (0, "hi", {"ok": 1})
+    fail = "import sys; sys.exit(3)"
+    assert sl.run_for_result([sys.executable, "-c", fail], result, 60)[::2] == (3, None)
+    rc, output, got = sl.run_for_result(
+        [sys.executable, "-c", "import time; time.sleep(5)"], result, 0.5
+    )
+    assert (rc, got) == (124, None)
+    assert "timed out" in output
