@@ -15,7 +15,7 @@ LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-
 
 .PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
         lab-status site report check syntax \
-        bench bench-site readme-table test-faults test-kernel test-env
+        bench bench-site readme-table test-faults test-kernel
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -60,10 +60,7 @@ unit: venv  ## fast tests (no Docker), with branch coverage of the compat packag
 	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov=compat --cov-report=term-missing
 
 test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow; not the faults)
-	$(BIN)/pytest tests/lab -m "lab and not faults and not kernel and not env" -p no:randomly
-
-test-env: deps  ## notebook/storage and launch/monitoring lab tests (not in CI until they pass clean again)
-	$(BIN)/pytest tests/lab -m "lab and env" -p no:randomly
+	$(BIN)/pytest tests/lab -m "lab and not faults and not kernel" -p no:randomly
 
 test-faults: deps  ## fault-injection cases on a lab host (kill, mirror cut, disk full, ssh drop)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly

@@ -36,11 +36,6 @@ from typing import Any
 import pytest
 import yaml
 
-# Marked `env`: `make test-env`, not CI's `make test-lab`, until it passes clean again:
-# its launcher tests failed in the 2026-12-01 clean run (authorized_keys bug, fixed since,
-# not re-run clean).
-pytestmark = pytest.mark.env
-
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "playbooks" / "launch.yml"
 MONITORING = REPO / "playbooks" / "monitoring.yml"

@@ -23,10 +23,6 @@ import pytest
 import yaml
 from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
 
-# Marked `env`: `make test-env`, not CI's `make test-lab`, until it passes clean again:
-# its second-run and leak-scan tests failed in the 2026-12-01 clean run, cause not yet read.
-pytestmark = pytest.mark.env
-
 REPO = Path(__file__).resolve().parents[2]
 
 Lab = Any  # tests/lab/conftest.py's Lab
