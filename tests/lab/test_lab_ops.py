@@ -34,11 +34,13 @@ def _small_host(lab: Lab) -> str:
 
 
 def _squat(port: int, wait: float = 30) -> socket.socket:
-    """A socket bound to port, once the stopped container's docker-proxy has let it go (it
-    exits after `docker stop` returns: binding at once failed with EADDRINUSE)."""
+    """A listening socket on port, once the stopped container's docker-proxy has let it go (it
+    exits after `docker stop` returns). SO_REUSEADDR: the test's own SSH connection through
+    that port leaves it in TIME_WAIT for a minute, which refuses a plain bind (EADDRINUSE)."""
     deadline = time.monotonic() + wait
     while True:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
