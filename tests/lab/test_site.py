@@ -118,14 +118,14 @@ def failed_results(doc: dict[str, Any]) -> list[str]:
 
 
 def run_playbook(
-    lab: Lab, monkeypatch: pytest.MonkeyPatch, report_dir: Path, *args: str, callback: str = ""
+    lab: Lab, monkeypatch: pytest.MonkeyPatch, *args: str, callback: str = ""
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     if callback:
         monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", callback)
     else:
         monkeypatch.delenv("ANSIBLE_STDOUT_CALLBACK", raising=False)
     start = time.monotonic()
-    proc = lab.ansible_playbook(*args, "-e", f"gpuprov_report_dir={report_dir}")
+    proc = lab.ansible_playbook(*args)  # reports: the lab's directory (report_dir)
     return proc, time.monotonic() - start
 
 
@@ -167,7 +167,6 @@ def converged(lab: Lab) -> dict[str, Any]:
 def test_check_mode_changes_nothing(
     lab: Lab,
     monkeypatch: pytest.MonkeyPatch,
-    report_dir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     hosts = lab.groups["lab"]
@@ -180,7 +179,7 @@ def test_check_mode_changes_nothing(
         )
 
     proc, seconds = run_playbook(
-        lab, monkeypatch, report_dir, SITE, "--check", "--diff", callback=JSON_CALLBACK
+        lab, monkeypatch, SITE, "--check", "--diff", callback=JSON_CALLBACK
     )
     report_time(capsys, "site.yml --check --diff (fresh hosts)", seconds)
     doc = parse_json_output(proc.stdout)
@@ -207,7 +206,7 @@ def test_site_converges(
     converged: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    proc, seconds = run_playbook(lab, monkeypatch, report_dir, SITE, callback=JSON_CALLBACK)
+    proc, seconds = run_playbook(lab, monkeypatch, SITE, callback=JSON_CALLBACK)
     report_time(capsys, "site.yml converge", seconds)
     doc = parse_json_output(proc.stdout)
     assert proc.returncode == 0, "\n".join(failed_results(doc)) or proc.stderr[-3000:]
@@ -266,13 +265,12 @@ def check_torch_and_smoke(lab: Lab, report_dir: Path) -> None:
 def test_site_second_run_changes_nothing(
     lab: Lab,
     monkeypatch: pytest.MonkeyPatch,
-    report_dir: Path,
     converged: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     if not converged:
         pytest.skip("site.yml did not converge")
-    proc, seconds = run_playbook(lab, monkeypatch, report_dir, SITE, callback=JSON_CALLBACK)
+    proc, seconds = run_playbook(lab, monkeypatch, SITE, callback=JSON_CALLBACK)
     report_time(capsys, "site.yml re-run (no-op)", seconds)
     doc = parse_json_output(proc.stdout)
     assert proc.returncode == 0, "\n".join(failed_results(doc))
@@ -322,7 +320,6 @@ def test_pinned_branch_that_drops_the_gpu_is_refused(
     lab: Lab,
     k40m_host: str,
     monkeypatch: pytest.MonkeyPatch,
-    report_dir: Path,
 ) -> None:
     # What to expect, from the lab profile's PCI ID and the compat data (not from a run).
     profiles = yaml.safe_load(PROFILES.read_text(encoding="utf-8"))["profiles"]
@@ -341,7 +338,6 @@ def test_pinned_branch_that_drops_the_gpu_is_refused(
     proc, _ = run_playbook(
         lab,
         monkeypatch,
-        report_dir,
         SITE,
         "-e",
         f"nvidia_driver_branch={pinned}",
@@ -411,7 +407,7 @@ def test_unreachable_host_is_named_and_others_finish(
     plans = report_dir / "plan"
     for old in plans.glob("*.json"):
         old.unlink()
-    proc, _ = run_playbook(lab, monkeypatch, report_dir, PLAN)
+    proc, _ = run_playbook(lab, monkeypatch, PLAN)
     assert proc.returncode != 0, proc.stdout[-3000:]
     recap = parse_recap(proc.stdout)
     assert recap[stopped_host]["unreachable"] >= 1, recap
