@@ -283,6 +283,23 @@ def test_exec_maps_the_environment_of_a_real_process(tmp_path: Path) -> None:
     assert got["GLOO_SOCKET_IFNAME"] == got["NCCL_SOCKET_IFNAME"] == "eth0"
 
 
+def test_env_prints_the_master_address_exec_set(tmp_path: Path) -> None:
+    # `gpuprov-launch mpirun -- gpuprov-launch env`: each rank runs it under exec, which set
+    # MASTER_ADDR to rank 0's host; env prints that one, not the configuration's.
+    env = {
+        **os.environ,
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+    }
+    base = [sys.executable, str(WRAPPER), "--config", str(_config_file(tmp_path))]
+    run = [*base, "exec", "--master-addr", "10.0.0.2", "--", *base, "env"]
+    proc = subprocess.run(run, capture_output=True, text=True, check=True, env=env)
+    assert "MASTER_ADDR=10.0.0.2" in proc.stdout.splitlines()
+    alone = subprocess.run([*base, "env"], capture_output=True, text=True, check=True, env=env)
+    assert "MASTER_ADDR=10.0.0.1" in alone.stdout.splitlines()
+
+
 def test_a_down_host_fails_both_launchers_at_once_and_is_named(tmp_path: Path) -> None:
     """192.0.2.1 (TEST-NET-1) answers nothing: the real ssh client gives up after 1 s."""
     config = _config_file(

@@ -428,7 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(f"all {len(cfg.hosts)} hosts reachable\n")
             return 0
         if args.cmd == "env":
-            mapped = torch_env_from_mpi(os.environ, cfg.master_addr, cfg.master_port)
+            # Under `gpuprov-launch exec` (what mpirun runs), MASTER_ADDR is rank 0's host.
+            master = os.environ.get("MASTER_ADDR") or cfg.master_addr
+            mapped = torch_env_from_mpi(os.environ, master, cfg.master_port)
             for k, v in {**mapped, **ifname_env(cfg.ifname)}.items():
                 sys.stdout.write(f"{k}={v}\n")
             return 0
