@@ -16,8 +16,8 @@ description:
     whether a driver branch drives every GPU of a host; C(gpu_compat_allowed_branches) the
     branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
     whole C(gpu_info) fact, the packaged branches and the inventory pins.
-  - Over C(compat/data/{triton,onnx,torchserve}.yaml), as C(gpu-compat serving):
-    C(gpu_serving_triton_check) judges one NGC tritonserver tag against the host's driver
+  - Over C(compat/data/{triton,onnx,torchserve}.yaml), as C(gpu-compat serving)
+    does, C(gpu_serving_triton_check) judges one NGC tritonserver tag against the host's driver
     branch and GPUs (C(ok), C(reasons)); C(gpu_serving_triton_pick) returns the newest tag
     that runs (empty dict when none); C(gpu_serving_onnx_runtimes) the opset table of the
     onnxruntime releases; C(gpu_serving_torchserve_check) judges a TorchServe release.

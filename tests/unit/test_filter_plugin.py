@@ -46,6 +46,14 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
     }
 
 
+@pytest.mark.parametrize("block", ["DOCUMENTATION", "EXAMPLES", "RETURN"])
+def test_the_plugin_documentation_is_yaml(plugin: ModuleType, block: str) -> None:
+    # ansible-doc and ansible-lint parse these blocks; a ": " in a plain scalar breaks them.
+    import yaml
+
+    assert yaml.safe_load(getattr(plugin, block))
+
+
 def test_resolve_from_gpu_info_dicts(plugin: ModuleType) -> None:
     facts = [{"pci_id": "10de:1023", "name": "unknown"}, {"pci_id": "10de:17fd"}]
     plan = plugin.gpu_compat_resolve(facts)
