@@ -60,7 +60,7 @@ unit: venv  ## fast tests (no Docker), with branch coverage of the compat packag
 	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov=compat --cov-report=term-missing
 
 test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow; not the faults)
-	$(BIN)/pytest tests/lab -m "lab and not faults and not kernel" -p no:randomly
+	$(BIN)/pytest tests/lab -m "lab and not faults and not kernel" -p no:randomly --durations=30
 
 test-faults: deps  ## fault-injection cases on a lab host (kill, mirror cut, disk full, ssh drop)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,15 +92,42 @@ class Lab:
         # A fact cache of this lab's own: labs reuse host names (lab-k40m, ...), and
         # ansible.cfg's jsonfile cache would hand one lab's facts to another.
         env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(REPO / ".lab" / self.name / "facts"))
-        return subprocess.run(
-            [exe, "-i", str(self.inventory), *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=timeout,
-            cwd=REPO,
-            env=env,
+        argv = [exe, "-i", str(self.inventory), *args]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=timeout,
+                cwd=REPO,
+                env=env,
+            )
+        except subprocess.TimeoutExpired as exc:
+            self._log_run(argv, None, time.monotonic() - started, exc.stdout, exc.stderr)
+            raise
+        self._log_run(argv, proc.returncode, time.monotonic() - started, proc.stdout, proc.stderr)
+        if check:
+            proc.check_returncode()
+        return proc
+
+    def _log_run(
+        self, argv: Sequence[str], rc: int | None, seconds: float, out: Any, err: Any
+    ) -> None:
+        """Keep every run's whole output (profile_tasks timings included) in
+        .lab/<name>/runs/, numbered in order, and one line per run in runs/index.txt:
+        a failed CI lab run can be read after the fact, and where the time goes is on disk."""
+        runs = REPO / ".lab" / self.name / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        number = len(list(runs.glob("*.log"))) + 1
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+        text = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (out, err)]
+        (runs / f"{number:03d}.log").write_text(
+            f"# {' '.join(argv)}\n# test: {test}\n# rc={rc} {seconds:.0f}s\n{text[0]}\n{text[1]}"
         )
+        with (runs / "index.txt").open("a") as index:
+            index.write(f"{number:03d} rc={rc} {seconds:6.0f}s {test} :: {' '.join(argv[3:])}\n")
 
 
 # Lab test modules that must run first in the session, in this order: test_site.py starts
