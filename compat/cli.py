@@ -177,9 +177,12 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     if args.installed:
-        from compat.inspect_torch import inspect_path
+        from compat.inspect_torch import InspectError, inspect_path
 
-        measured = inspect_path(args.installed)
+        try:
+            measured = inspect_path(args.installed)
+        except InspectError as exc:  # a missing path or no torch in it: exit 2, no traceback
+            raise CompatError(str(exc)) from exc
         verdict = compat.check_measured(
             args.gpu, measured.to_dict(), driver=args.driver, python=args.python
         )

@@ -32,6 +32,15 @@ def test_installed_build_version_is_not_doubled(
     assert "+cpu+cpu" not in out
 
 
+def test_installed_path_that_is_not_there_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
+    code, out, err = run(capsys, "check", "--gpu", "T4", "--installed", str(missing))
+    assert (code, out) == (2, "")
+    assert err == f"gpu-compat: error: {missing}: no such file or directory\n"
+
+
 def test_partial_name_of_gpus_the_rules_tell_apart_is_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
