@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
 import shlex
 import subprocess
 import sys
@@ -39,8 +38,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
-# scripts/lab.py: importable because Python puts this script's directory (scripts/) first.
-from lab import ssh_argv  # noqa: E402
+# scripts/ is first on sys.path: Python puts this script's directory there.
+from gpuprov_lab.inventory import ssh_argv  # noqa: E402
+from gpuprov_lab.site import ansible_env  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PLAYBOOKS = [
@@ -76,11 +76,6 @@ class Lab:
     def __init__(self, name: str) -> None:
         self.name = name
         self.inventory = REPO / ".lab" / name / "hosts.yml"
-        self.env = dict(
-            os.environ,
-            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-            ANSIBLE_CACHE_PLUGIN_CONNECTION=str(REPO / ".lab" / name / "facts"),
-        )
         self.hostvars: dict[str, dict[str, Any]] = {}
 
     def up(self) -> None:
@@ -102,7 +97,7 @@ class Lab:
         argv += ["--limit", ",".join(limit), *extra]
         argv += ["-e", f"gpuprov_report_dir={REPO / '.lab' / self.name / 'reports'}"]
         start = time.monotonic()
-        proc = run(argv, cwd=REPO, env=self.env)
+        proc = run(argv, cwd=REPO, env=ansible_env(self.name))
         took = time.monotonic() - start
         if proc.returncode != 0:
             raise BenchError(f"{' '.join(argv)} failed:\n{proc.stdout[-4000:]}{proc.stderr}")

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from gpuprov_lab.site import ansible_env
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
@@ -404,6 +405,9 @@ def ansible_playbook(
         ANSIBLE_GATHERING="implicit",
         ANSIBLE_CACHE_PLUGIN_CONNECTION=str(inventory.parent / "facts"),
     )
+    # A lab inventory (.lab/NAME/hosts.yml) has the lab's vault in group_vars; the VM's own
+    # inventory has none.
+    env = ansible_env(inventory.parent.name, base=env)
     return run(
         [
             exe,

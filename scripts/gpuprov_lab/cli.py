@@ -69,7 +69,7 @@ from gpuprov_lab.inventory import (
     write_if_changed,
 )
 from gpuprov_lab.profiles import HostSpec, load_lab_data, parse_hosts
-from gpuprov_lab.site import SiteProgress, ansible_tool, fact_cache
+from gpuprov_lab.site import SiteProgress, ansible_env, ansible_tool
 
 
 def read_state(paths: LabPaths) -> dict[str, Any]:
@@ -356,9 +356,7 @@ def cmd_site(args: argparse.Namespace, paths: LabPaths) -> int:
         extra = extra[1:]
     logfile = paths.state_dir / "site.log"
     logfile.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-    env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(fact_cache(paths.name)))
+    env = ansible_env(paths.name)
     env["ANSIBLE_NOCOLOR"] = "1"
     argv = [ansible_tool("ansible-playbook"), "-i", str(inventory), "playbooks/site.yml", *extra]
     log(f"site.yml on lab {paths.name} (full log {logfile})")

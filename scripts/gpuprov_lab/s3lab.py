@@ -46,6 +46,7 @@ PROFILES: dict[str, tuple[str, str, str]] = {
 # create_user + put_user_policy + create_access_key per profile, nothing more.
 NO_AUTH_ACTIONS = 3 * len(PROFILES)
 VAULT_FILE = Path("group_vars") / "all" / "vault"
+VAULT_PASSWORD_NAME = Path("vault-password")  # in the lab's state directory, .lab/NAME/
 
 # Runs inside the container (PYTHONPATH=PKG_DIR): issue one key pair per profile, then prove
 # that auth is on (a wrong secret and an unknown key are refused). Prints the keys as JSON.
@@ -182,7 +183,7 @@ def _ansible_vault() -> str:
 
 def ensure_password(state_dir: Path) -> Path:
     """The lab's throwaway vault password (0600, under .lab/NAME/, never in git)."""
-    path = state_dir / "vault-password"
+    path = state_dir / VAULT_PASSWORD_NAME
     if not path.exists():
         state_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

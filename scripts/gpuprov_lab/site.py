@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import sys
@@ -10,7 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpuprov_lab.common import STATE_ROOT, LabError
+from gpuprov_lab.common import REPO, STATE_ROOT, LabError
+from gpuprov_lab.s3lab import VAULT_PASSWORD_NAME
 
 SLOW_TASK_S = 20.0  # a task that ran longer gets a progress line of its own
 
@@ -80,3 +82,22 @@ def ansible_tool(name: str) -> str:
 def fact_cache(lab: str) -> Path:
     """The lab's own Ansible fact cache: labs reuse host names (lab-k40m, ...)."""
     return STATE_ROOT / lab / "facts"
+
+
+def vault_password_file(lab: str) -> Path:
+    """The lab's throwaway vault password (gpuprov_lab/s3lab.py writes it at `up`)."""
+    return STATE_ROOT / lab / VAULT_PASSWORD_NAME
+
+
+def ansible_env(lab: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment every Ansible run against a lab needs: the repository's ansible.cfg,
+    the lab's own fact cache, and the lab's vault password (the S3 keys and the notebook
+    token in group_vars/all/vault) when the lab has one. What `base` (default: this
+    process's environment) already sets wins."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(fact_cache(lab)))
+    password = vault_password_file(lab)
+    if password.is_file():
+        env.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
+    return env

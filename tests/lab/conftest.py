@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from gpuprov_lab import ansible_inventory
 from gpuprov_lab.inventory import ssh_argv
+from gpuprov_lab.site import ansible_env, vault_password_file
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PY = REPO / "scripts" / "lab.py"
@@ -86,12 +87,9 @@ class Lab:
     ) -> subprocess.CompletedProcess[str]:
         binary = VENV_BIN / tool
         exe = str(binary) if binary.exists() else (shutil.which(tool) or tool)
-        env = dict(os.environ)
-        if (REPO / "ansible.cfg").exists():
-            env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-        # A fact cache of this lab's own: labs reuse host names (lab-k40m, ...), and
-        # ansible.cfg's jsonfile cache would hand one lab's facts to another.
-        env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(REPO / ".lab" / self.name / "facts"))
+        # ansible.cfg, a fact cache of this lab's own (labs reuse host names, and one jsonfile
+        # cache would hand one lab's facts to another) and the lab's vault.
+        env = ansible_env(self.name)
         argv = [exe, "-i", str(self.inventory), *args]
         started = time.monotonic()
         try:
@@ -206,8 +204,8 @@ def lab() -> Iterator[Lab]:
     )
     if up.returncode != 0:
         pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-    vault_password = REPO / ".lab" / name / "vault-password"
-    if vault_password.exists():  # the lab's throwaway vault (scripts/gpuprov_lab/s3lab.py)
+    vault_password = vault_password_file(name)
+    if vault_password.exists():  # for the inventory reads below and in the test modules
         os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(vault_password))
     host_vars, groups = _read_inventory(inventory)
     try:

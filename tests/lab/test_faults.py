@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuprov_lab.site import ansible_env
 
 Lab = Any  # tests/lab/conftest.py's Lab
 
@@ -91,9 +92,7 @@ def _wait_ssh(lab: Lab, host: str, timeout: float = 180) -> None:
 
 
 def _env(lab: Lab) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-    env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(REPO / ".lab" / lab.name / "facts"))
+    env = ansible_env(lab.name)
     env.pop("ANSIBLE_STDOUT_CALLBACK", None)
     return env
 

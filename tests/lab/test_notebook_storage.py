@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from gpuprov_lab.site import vault_password_file
 from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ def host_run(
 def lab_vault(lab: Lab) -> dict[str, Any]:
     """The lab's vaulted secrets, decrypted with its throwaway password (gpuprov_lab/s3lab.py)."""
     vault = lab.inventory.parent / "group_vars" / "all" / "vault"
-    password = REPO / ".lab" / lab.name / "vault-password"
+    password = vault_password_file(lab.name)
     proc = subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible-vault"),

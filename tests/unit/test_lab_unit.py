@@ -573,3 +573,20 @@ def test_an_inventory_with_vaulted_values_reads_twice_in_one_process(tmp_path: P
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["127.0.0.1", "127.0.0.1"]
+
+
+def test_ansible_env_carries_the_labs_vault_password_when_it_has_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every lab run (lab.py site, the lab tests, the kernel tier, the bench) gets the vault
+    password: without it the lab's group_vars/all/vault stops the run ("no vault secrets")."""
+    monkeypatch.setattr(site, "STATE_ROOT", tmp_path)
+    (tmp_path / "with").mkdir()
+    (tmp_path / "with" / "vault-password").write_text("x\n")
+    env = site.ansible_env("with", base={})
+    assert env["ANSIBLE_VAULT_PASSWORD_FILE"] == str(tmp_path / "with" / "vault-password")
+    assert env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(tmp_path / "with" / "facts")
+    assert env["ANSIBLE_CONFIG"].endswith("/ansible.cfg")
+    assert "ANSIBLE_VAULT_PASSWORD_FILE" not in site.ansible_env("without", base={})
+    own = {"ANSIBLE_VAULT_PASSWORD_FILE": "/mine", "ANSIBLE_CONFIG": "/my.cfg"}
+    assert site.ansible_env("with", base=own) | own == site.ansible_env("with", base=own)
