@@ -43,6 +43,12 @@ VENV_BIN = Path(sys.executable).parent
 DRIVER = ("playbooks/plan.yml", "playbooks/driver.yml")
 DOCKER = ("playbooks/docker.yml",)
 TOOLKIT = ("playbooks/toolkit.yml",)
+PYTORCH = ("playbooks/plan.yml", "playbooks/pytorch.yml")
+VENV = "/opt/gpuprov/venv"  # pytorch_venv_path's default, which the lab keeps
+DRIVER_PKGS = (
+    "nvidia-tesla-470-smi libnvidia-tesla-470-ml1 libnvidia-tesla-470-cuda1 "
+    "libnvidia-tesla-470-cfg1"
+)
 USER_HOLD = "openssh-server"
 USER_KEY = {"labels": ["owner=someone-else"]}
 TOOLKIT_PKGS = (
@@ -230,17 +236,40 @@ EOF
 # host killed during a package transaction
 
 
+def _when_path(container: str, proc: subprocess.Popen[str], path_glob: str) -> bool:
+    """Poll the host until `path_glob` exists (the install has started writing there)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (
+            _docker("exec", container, "sh", "-c", f"ls -d {path_glob}", check=False).returncode
+            == 0
+        ):
+            return True
+        time.sleep(0.3)
+    return False
+
+
 def _kill_during_dpkg(
-    lab: Lab, host: str, reports: Path, playbooks: tuple[str, ...], reset: str
+    lab: Lab,
+    host: str,
+    reports: Path,
+    playbooks: tuple[str, ...],
+    reset: str,
+    pattern: str = r"^/usr/bin/dpkg ",
+    writing: str = "",
 ) -> tuple[str, str]:
+    """Reset, start the plays, kill the host (`docker kill`) once a process matching
+    `pattern` runs (and, with `writing`, once that path exists), start it again."""
     container = _container(lab, host)
     _sh(lab, host, reset)
     proc = _start(lab, playbooks, host, reports)
-    landed = _when_running(container, proc, r"^/usr/bin/dpkg ")
+    landed = _when_running(container, proc, pattern)
+    if landed and writing:
+        landed = _when_path(container, proc, writing)
     if landed:
         _docker("kill", container)
     out, _ = proc.communicate(timeout=600)
-    assert landed, f"dpkg never ran:\n{out[-3000:]}"
+    assert landed, f"{pattern} {writing} never seen:\n{out[-3000:]}"
     _docker("start", container)
     _wait_ssh(lab, host)
     state = _sh(
@@ -258,10 +287,7 @@ def test_host_killed_during_the_driver_transaction(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     host, reports = faulty
-    pkgs = (
-        "nvidia-tesla-470-smi libnvidia-tesla-470-ml1 libnvidia-tesla-470-cuda1 "
-        "libnvidia-tesla-470-cfg1"
-    )
+    pkgs = DRIVER_PKGS
     first, _ = _kill_during_dpkg(
         lab,
         host,
@@ -280,6 +306,120 @@ def test_host_killed_during_the_driver_transaction(
         "host killed during the driver's dpkg transaction",
         first,
         "ok: apt_ready repaired dpkg (warning printed), driver packages held",
+        capsys,
+    )
+
+
+def test_host_killed_during_dockers_transaction(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docker.io removed (the engine stops, /var/lib/docker and daemon.json stay), then the
+    host killed while dpkg installs it again: the re-run repairs dpkg, the engine comes back
+    with the user's daemon.json key and restarts the user's container."""
+    host, reports = faulty
+    first, _ = _kill_during_dpkg(
+        lab,
+        host,
+        reports,
+        DOCKER,
+        "apt-mark unhold docker.io >/dev/null; "
+        "DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq docker.io >/dev/null",
+    )
+    rerun = _play(lab, DOCKER, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert "dpkg was interrupted" in rerun.stdout + rerun.stderr
+    assert _sh(lab, host, "systemctl is-active docker").strip() == "active"
+    _wait_keeper(lab, host)
+    _assert_nothing_lost(lab, host)
+    _row(
+        "host killed during Docker's dpkg transaction",
+        first,
+        "ok: apt_ready repaired dpkg, engine active, user's container back up",
+        capsys,
+    )
+
+
+def _wait_keeper(lab: Lab, host: str, timeout: float = 60) -> None:
+    """The user's container (restart policy unless-stopped) is back once dockerd runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _sh(lab, host, "docker ps --filter name=keeper --format '{{.Status}}'", False)
+        if status.startswith("Up"):
+            return
+        time.sleep(1)
+
+
+def test_host_killed_during_the_pip_install_of_torch(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch uninstalled from the environment, the host killed while pip writes it back
+    (torch/ exists in site-packages): the re-run reinstalls it and torch imports and computes."""
+    host, reports = faulty
+    first, _ = _kill_during_dpkg(
+        lab,
+        host,
+        reports,
+        PYTORCH,
+        f"if [ -x {VENV}/bin/pip ]; then {VENV}/bin/pip uninstall -y -q torch; fi",
+        pattern=r"pip3? install",
+        writing=f"{VENV}/lib/python3*/site-packages/torch",
+    )
+    rerun = _play(lab, PYTORCH, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    out = _sh(
+        lab,
+        host,
+        f"{VENV}/bin/python -c 'import torch; x = torch.ones(64, 64); "
+        "print(torch.__version__, float((x @ x).sum()))'",
+    )
+    assert out.split()[1] == str(64.0 * 64 * 64), out
+    _assert_nothing_lost(lab, host)
+    _row(
+        "host killed during the pip install of torch",
+        first,
+        f"ok: torch reinstalled, imports and computes ({out.split()[0]})",
+        capsys,
+    )
+
+
+def test_full_apt_cache_stops_the_driver_before_anything_is_installed(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 1 MiB tmpfs on /var/cache/apt/archives (the driver's .debs do not fit): the role
+    stops before dpkg runs, naming the directory; nothing is half-installed; with the space
+    back the re-run installs and holds the driver."""
+    host, reports = faulty
+    archives = "/var/cache/apt/archives"
+    _sh(
+        lab,
+        host,
+        f"apt-mark unhold {DRIVER_PKGS} >/dev/null; "
+        f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq {DRIVER_PKGS} >/dev/null; "
+        f"mount -t tmpfs -o size=1m gpuprov-full {archives} && mkdir -p {archives}/partial",
+    )
+    try:
+        first = _play(lab, DRIVER, host, reports)
+        installed = _sh(
+            lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}}${{Package}} ' {DRIVER_PKGS}", False
+        )
+    finally:
+        _sh(lab, host, f"umount {archives}", check=False)
+    assert first.returncode != 0
+    message = _first_error(first.stdout)
+    assert "enough free space" in message, message
+    assert archives in message, message
+    assert "nothing was installed" in message, message
+    assert "ii " not in installed, installed
+    assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
+    rerun = _play(lab, DRIVER, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    holds = _sh(lab, host, "apt-mark showhold").split()
+    assert set(DRIVER_PKGS.split()) <= set(holds), holds
+    _assert_nothing_lost(lab, host)
+    _row(
+        f"apt cache full (1 MiB tmpfs on {archives})",
+        _verdict(first),
+        "ok: space back, driver installed and held",
         capsys,
     )
 
@@ -316,7 +456,10 @@ def _mirror_cut(lab: Lab) -> Iterator[None]:
             )
 
 
-def _reset_toolkit(lab: Lab, host: str, keep_source: bool) -> None:
+def _reset_toolkit(lab: Lab, host: str, keep_source: bool, keep_lists: bool = False) -> None:
+    """Remove the toolkit packages; without keep_source also its source and key; without
+    keep_lists also apt_ready's freshness stamp (the next run updates); with keep_lists the
+    cached .debs go instead (the next run must download them)."""
     drop = (
         ""
         if keep_source
@@ -325,12 +468,17 @@ def _reset_toolkit(lab: Lab, host: str, keep_source: bool) -> None:
             "/etc/apt/keyrings/nvidia-container-toolkit.*; "
         )
     )
+    lists = (
+        "rm -f /var/cache/apt/archives/*nvidia-container*.deb"
+        if keep_lists
+        else "rm -f /var/lib/gpuprov/apt-lists.json"
+    )
     _sh(
         lab,
         host,
         f"apt-mark unhold {TOOLKIT_PKGS} >/dev/null; "
         f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq {TOOLKIT_PKGS} >/dev/null; {drop}"
-        "rm -f /var/lib/gpuprov/apt-lists.json",
+        + lists,
     )
 
 
@@ -341,15 +489,19 @@ def _mirror_case(
     fault: str,
     keep_source: bool,
     expect: tuple[str, ...],
+    keep_lists: bool = False,
 ) -> None:
     host, reports = faulty
-    _reset_toolkit(lab, host, keep_source)
+    _reset_toolkit(lab, host, keep_source, keep_lists)
     with _mirror_cut(lab):
         first = _play(lab, TOOLKIT, host, reports)
     assert first.returncode != 0
     text = first.stdout + first.stderr
     for word in expect:
         assert word in text, (word, _first_error(text))
+    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
+    assert "ii" not in installed.split(), installed
+    assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
     rerun = _play(lab, TOOLKIT, host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     _assert_nothing_lost(lab, host)
@@ -379,6 +531,22 @@ def test_mirror_cut_at_apt_update(
         "mirror cut at apt update (key and source in place)",
         True,
         ("set by nvidia_container_toolkit_apt_repo_url", "not marked fresh"),
+    )
+
+
+def test_mirror_cut_during_the_package_download(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lists fresh (the re-run above updated them), the .debs not cached: the role skips the
+    update and the download fails; it names the URL and its variable, installs nothing."""
+    _mirror_case(
+        lab,
+        faulty,
+        capsys,
+        "mirror cut at the package download (lists fresh)",
+        True,
+        ("Downloading", "set by nvidia_container_toolkit_apt_repo_url", "Nothing was installed"),
+        keep_lists=True,
     )
 
 

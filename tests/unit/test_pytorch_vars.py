@@ -94,3 +94,18 @@ def test_role_parses_no_plan_value_and_holds_no_index_url() -> None:
                 assert not re.search(r"\bsplit\b|regex_|\[2:-1\]", line), f"{path}:{n}: {line}"
         # The index URL lives in compat/install.py only (defaults and docs may name it).
         assert "download.pytorch.org" not in path.read_text(), path
+
+
+def test_a_torch_that_does_not_import_is_force_reinstalled() -> None:
+    """An install cut short leaves torch's metadata and a torch that fails to import; pip's
+    `present` would call that satisfied. The pip task's state, rendered from the task file."""
+    import jinja2
+    import yaml
+
+    tasks = yaml.safe_load((ROLE / "tasks" / "install-pip.yml").read_text())
+    (task,) = [t for t in tasks if t["name"].endswith("Install torch into the virtual environment")]
+    state = jinja2.Environment(autoescape=True).from_string(task["ansible.builtin.pip"]["state"])
+    assert state.render(_pytorch_mismatch=["import"]).strip() == "forcereinstall"
+    assert state.render(_pytorch_mismatch=["cuda"]).strip() == "forcereinstall"
+    assert state.render(_pytorch_mismatch=["torch"]).strip() == "present"
+    assert state.render(_pytorch_mismatch=["venv"]).strip() == "present"
