@@ -40,6 +40,7 @@ SITE = "playbooks/site.yml"
 PINNED_BRANCH = 535
 PLAN = "playbooks/plan.yml"
 JSON_CALLBACK = "ansible.builtin.json"
+DIFF_LINES_MAX = 80  # per task and host; the longest configuration diff is about 40
 
 # Files whose presence and content the check run must leave as they were.
 WATCHED_FILES = (
@@ -104,6 +105,24 @@ def changed_tasks(doc: dict[str, Any], host: str) -> list[str]:
             if result and result.get("changed"):
                 names.append(f"{play['play']['name']} / {task['task']['name']}")
     return names
+
+
+def diff_lines(doc: dict[str, Any]) -> dict[str, int]:
+    """'host / task' -> lines of --diff text (before, after, prepared) that task printed."""
+    lines: dict[str, int] = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                diffs = result.get("diff") or []
+                count = sum(
+                    str(d.get(k) or "").count("\n")
+                    for d in (diffs if isinstance(diffs, list) else [diffs])
+                    for k in ("before", "after", "prepared")
+                    if isinstance(d, dict)
+                )
+                if count:
+                    lines[f"{host} / {task['task']['name']}"] = count
+    return lines
 
 
 def failed_results(doc: dict[str, Any]) -> list[str]:
@@ -191,6 +210,14 @@ def test_check_mode_changes_nothing(
     # The check run did evaluate the roles: on fresh GPU hosts it predicts changes.
     for host in lab.groups["gpu_nodes"]:
         assert doc["stats"][host]["changed"] > 0, (host, doc["stats"][host])
+    # --diff shows configuration, not the whole text of gpuprov's own scripts and data
+    # (those tasks say `diff: false`): no task prints more than DIFF_LINES_MAX lines per host.
+    lines = diff_lines(doc)
+    assert lines, "--diff printed nothing on fresh hosts"
+    long = {k: n for k, n in lines.items() if n > DIFF_LINES_MAX}
+    assert not long, long
+    with capsys.disabled():
+        print(f"\n[test_site] --diff on fresh hosts: {sum(lines.values())} lines", flush=True)
 
     after = {h: snapshot(lab, h) for h in hosts}
     for host in hosts:
