@@ -85,7 +85,9 @@ def play(lab, playbook, hosts, reports, *extra):
 def test_pytorch_installs_from_the_wheelhouse_and_is_idempotent(lab, pair, no_torch, reports):
     first = play(lab, "pytorch.yml", [*pair, *no_torch], reports)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
-    second = play(lab, "pytorch.yml", [*pair, *no_torch], reports)
+    # After site.yml (test_site.py) the first run is already a re-run: it is the proof.
+    converged_before = all(c["changed"] == 0 for c in recap(first.stdout).values())
+    second = first if converged_before else play(lab, "pytorch.yml", [*pair, *no_torch], reports)
     assert second.returncode == 0, second.stdout[-4000:]
     for host in [*pair, *no_torch]:
         assert recap(second.stdout)[host]["changed"] == 0, second.stdout[-4000:]
