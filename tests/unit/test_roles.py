@@ -56,3 +56,28 @@ def test_no_ignore_errors_anywhere() -> None:
         if "ignore_errors" in p.read_text()
     ]
     assert offenders == []
+
+
+def _role_texts(role: Path) -> str:
+    return "".join(
+        p.read_text()
+        for d in ("tasks", "vars", "defaults", "handlers")
+        for p in role.glob(f"{d}/*.yml")
+    )
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_a_role_that_reads_gpu_facts_scans_the_gpus_first_unconditionally(role: Path) -> None:
+    """Fact caching keeps gpu_info's answer for an hour: a role run alone after a GPU was
+    added, removed or got its driver would decide on the old scan. So a role that reads
+    ansible_facts['gpu_info'] scans in its preflight, with no `when` and for every tag."""
+    if "ansible_facts['gpu_info']" not in _role_texts(role):
+        return
+    tasks = _yaml(role / "tasks" / "preflight.yml") or []
+    scans = [t for t in tasks if "gpu_info" in t]
+    assert scans, f"{role.name} reads ansible_facts['gpu_info'] but its preflight does not scan"
+    for task in scans:
+        assert "when" not in task, f"{role.name}: {task['name']} is conditional"
+    reads = [i for i, t in enumerate(tasks) if "ansible_facts['gpu_info']" in yaml.safe_dump(t)]
+    assert tasks.index(scans[0]) < min(reads, default=len(tasks)), f"{role.name}: scan after read"
+    assert "always" in (scans[0].get("tags") or []), f"{role.name}: the scan must run for any tag"
