@@ -15,7 +15,8 @@ description:
   - Repair. An interrupted dpkg (pending files in C(/var/lib/dpkg/updates) or problems
     reported by C(dpkg --audit)) is repaired with C(dpkg --configure -a); packages that
     still need it are completed with C(apt-get -f install), but only when apt would remove
-    nothing. Held packages stay held. The repair is reported as a warning and in
+    nothing; packages left half-installed (an unpack cut short) are reinstalled from apt's
+    cache or the mirror. Held packages stay held. The repair is reported as a warning and in
     C(repair).
   - Freshness. The package lists count as fresh only when the last B(successful)
     C(apt-get update) run by this module is younger than O(valid_time) and the apt source
@@ -253,6 +254,18 @@ def removals(simulation: str) -> list[str]:
     return [line.split()[1] for line in simulation.splitlines() if line.startswith("Remv ")]
 
 
+def reinstall_required(status_output: str) -> list[str]:
+    """Packages dpkg left half-installed or marked reinstall-required (an unpack cut short):
+    `dpkg --configure -a` cannot finish them; only a reinstall can. Input: lines of
+    `dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n'` (e.g. "iHR docker.io")."""
+    found = []
+    for line in status_output.splitlines():
+        abbrev, _, name = line.partition(" ")
+        if len(abbrev) >= 2 and name.strip() and (abbrev[1] == "H" or abbrev[2:3] == "R"):
+            found.append(name.strip())
+    return sorted(found)
+
+
 def space_error(output: str) -> str | None:
     """apt's "not enough free space" line, if any."""
     for line in output.splitlines():
@@ -352,10 +365,34 @@ class AptReady:
             rc, out, err = self.run_locked(["apt-get", "-y", *DPKG_OPTS, "-f", "install"])
             log.append(f"ran apt-get -f install: rc={rc}")
             still, why = self.needs_repair()
+            broken: list[str] = []
             if still:
+                # An unpack cut short (the host died while dpkg wrote the files): the package
+                # is half-installed and reinstall-required; configure cannot finish it.
+                _, status, _ = self.run(
+                    ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}\n"]
+                )
+                broken = reinstall_required(status)
+                if broken:
+                    rc, out, err = self.run_locked(
+                        [
+                            "apt-get",
+                            "install",
+                            "-y",
+                            "--reinstall",
+                            "--allow-change-held-packages",
+                            *DPKG_OPTS,
+                            *broken,
+                        ]
+                    )
+                    log.append(f"reinstalled {', '.join(broken)} (left half-installed): rc={rc}")
+                    still, why = self.needs_repair()
+            if still:
+                names = f" Packages left half-installed: {', '.join(broken)}." if broken else ""
                 self.fail(
-                    f"dpkg was interrupted and could not be repaired automatically ({why}). "
-                    "Run `dpkg --configure -a` and `apt-get -f install` on the host and read "
+                    f"dpkg was interrupted and could not be repaired automatically ({why})."
+                    f"{names} Run `dpkg --configure -a` and `apt-get -f install` (and "
+                    "`apt-get install --reinstall` of those packages) on the host and read "
                     "their errors.",
                     stdout=out,
                     stderr=err,

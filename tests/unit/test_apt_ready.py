@@ -328,3 +328,42 @@ def test_download_error_names_full_disk(tmp_path: Path) -> None:
     msg = failed.value.result["msg"]
     assert "enough free space in /var/cache/apt/archives/" in msg
     assert "nothing was installed" in msg
+
+
+def test_reinstall_required_reads_dpkg_status_abbreviations() -> None:
+    # dpkg-query's ${db:Status-Abbrev}: desired, status, error flag (R: reinstall required).
+    status = "ii  bash\niHR docker.io\niU  runc\nrH  old-tool\niF  containerd\n"
+    assert apt_ready.reinstall_required(status) == ["docker.io", "old-tool"]
+    assert apt_ready.reinstall_required("ii  bash\n") == []
+
+
+def test_a_half_installed_package_is_reinstalled(tmp_path: Path) -> None:
+    """The host died while dpkg unpacked docker.io (the lab's fault suite saw this): configure
+    and apt-get -f leave it 'iHR'; the module reinstalls it and keeps the holds."""
+    mess = "The following packages are in a mess due to serious problems during\n docker.io\n"
+    script = Script(
+        [
+            (("dpkg", "--audit"), 0, mess),  # needs_repair
+            (("dpkg", "--audit"), 0, mess),  # after dpkg --configure -a
+            (("dpkg", "--audit"), 0, mess),  # after apt-get -f install
+            (("dpkg", "--audit"), 0, ""),  # after the reinstall
+            (("dpkg-query", "-W"), 0, "ii  bash\niHR docker.io\n"),
+            (("apt-mark", "showhold"), 0, "docker.io\n"),
+        ]
+    )
+    module = FakeModule(update="never")
+    result = _ready(tmp_path, module, script).main()
+    assert result["repaired"] is True
+    reinstall = [c for c in script.calls if c[:2] == ("apt-get", "install")]
+    assert len(reinstall) == 1
+    assert "--reinstall" in reinstall[0]
+    assert reinstall[0][-1] == "docker.io"
+    assert "reinstalled docker.io (left half-installed)" in module.warnings[0]
+
+
+def test_a_package_that_stays_broken_is_named(tmp_path: Path) -> None:
+    mess = "The following packages are in a mess due to serious problems during\n docker.io\n"
+    script = Script([(("dpkg", "--audit"), 0, mess), (("dpkg-query", "-W"), 0, "iHR docker.io\n")])
+    with pytest.raises(_Failed) as failed:
+        _ready(tmp_path, FakeModule(update="never"), script).main()
+    assert "Packages left half-installed: docker.io." in failed.value.result["msg"]
