@@ -582,14 +582,19 @@ def test_invalid_daemon_json_is_refused_and_left_alone(
         "cp /etc/docker/daemon.json /root/daemon.json.good; "
         'printf \'{"labels": ["owner=someone-else"],,}\' > /etc/docker/daemon.json',
     )
-    broken = _sh(lab, host, "sha256sum /etc/docker/daemon.json")
-    first = _play(lab, TOOLKIT, host, reports)
-    assert first.returncode != 0
-    assert "/etc/docker/daemon.json" in _first_error(first.stdout)
-    assert _sh(lab, host, "sha256sum /etc/docker/daemon.json") == broken
-    _sh(lab, host, "cp /root/daemon.json.good /etc/docker/daemon.json")  # the owner fixes it
+    try:
+        broken = _sh(lab, host, "sha256sum /etc/docker/daemon.json")
+        first = _play(lab, (*DOCKER, *TOOLKIT), host, reports)
+        assert first.returncode != 0
+        error = _first_error(first.stdout)
+        # The docker role's preflight refuses it first, naming the file and the parse error.
+        assert "refusing to overwrite /etc/docker/daemon.json" in error, error
+        assert "changed=0" in first.stdout, first.stdout[-2000:]
+        assert _sh(lab, host, "sha256sum /etc/docker/daemon.json") == broken
+    finally:  # the owner fixes it (and a failed case leaves no broken file to the next)
+        _sh(lab, host, "cp /root/daemon.json.good /etc/docker/daemon.json")
     assert _sh(lab, host, "cat /etc/docker/daemon.json") == good
-    rerun = _play(lab, TOOLKIT, host, reports)
+    rerun = _play(lab, (*DOCKER, *TOOLKIT), host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     _assert_nothing_lost(lab, host)
     _row(
