@@ -287,6 +287,10 @@ def prepare_vm_tree(root: Path, hostname: str) -> None:
     flag = root / "run" / "gpuprov-reboot-required"
     if flag.exists():
         flag.unlink()
+    # Docker's marker files: Ansible's virtualization facts read /.dockerenv and would call
+    # the VM a docker guest, and the role would skip modprobe and the reboot as in a container.
+    for marker in (".dockerenv", ".dockerinit"):
+        (root / marker).unlink(missing_ok=True)
 
 
 def format_table(rows: Sequence[tuple[str, str]]) -> str:
@@ -408,22 +412,21 @@ def ansible_playbook(
     # A lab inventory (.lab/NAME/hosts.yml) has the lab's vault in group_vars; the VM's own
     # inventory has none.
     env = ansible_env(inventory.parent.name, base=env)
-    return run(
-        [
-            exe,
-            "-i",
-            str(inventory),
-            str(DRIVER_PLAYBOOK),
-            "--limit",
-            host,
-            "-e",
-            json.dumps(dict(extra)),
-        ],
-        check=check,
-        env=env,
-        cwd=REPO,
-        timeout=7200,
-    )
+    argv = [exe, "-i", str(inventory), str(DRIVER_PLAYBOOK), "--limit", host]
+    argv += ["-e", json.dumps(dict(extra))]
+    proc = run(argv, check=False, env=env, cwd=REPO, timeout=7200)
+    # Every run's output beside its inventory (the lab's state directory, or the VM's work
+    # directory, which --keep keeps): a failed check can be read after the fact.
+    logs = inventory.parent / "ansible-runs"
+    logs.mkdir(exist_ok=True)
+    log_file = logs / f"{len(list(logs.glob('*.log'))) + 1:02d}-{host}.log"
+    log_file.write_text(f"# {' '.join(argv)}\n{proc.stdout}\n{proc.stderr}", encoding="utf-8")
+    if check and proc.returncode != 0:
+        raise TierError(
+            f"{' '.join(argv[:6])} ... failed (rc {proc.returncode}, log {log_file}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc
 
 
 def current_kernel(lab: Lab, host: str) -> str:

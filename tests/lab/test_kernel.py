@@ -163,7 +163,9 @@ def test_prepare_vm_tree(tmp_path: Path) -> None:
     (tmp_path / "etc" / "resolv.conf").symlink_to("/run/systemd/resolve/stub-resolv.conf")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "gpuprov-reboot-required").write_text("x")
+    (tmp_path / ".dockerenv").touch()
     kt.prepare_vm_tree(tmp_path, "vm-kt")
+    assert not (tmp_path / ".dockerenv").exists()  # else Ansible sees a docker guest
     assert not (system / "systemd-udevd.service").is_symlink()
     assert (system / "apt-daily.timer").is_symlink()  # other masks are kept
     assert (system / "multi-user.target.wants" / "systemd-networkd.service").is_symlink()
