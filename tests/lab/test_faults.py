@@ -279,7 +279,10 @@ def _kill_during_dpkg(
         check=False,
     )
     after = " ".join(state.split())[:160]
-    first = f"rc={proc.returncode}, host killed while dpkg ran; dpkg then: {after}"
+    if writing:
+        first = f"rc={proc.returncode}, host killed while {pattern} wrote {writing}"
+    else:
+        first = f"rc={proc.returncode}, host killed while dpkg ran; dpkg then: {after}"
     return first, out
 
 
@@ -408,7 +411,7 @@ def test_full_apt_cache_stops_the_driver_before_anything_is_installed(
     message = _first_error(first.stdout)
     assert "enough free space" in message, message
     assert archives in message, message
-    assert "nothing was installed" in message, message
+    assert "re-run; nothing was installed" in first.stdout, first.stdout[-3000:]
     assert "ii " not in installed, installed
     assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
     rerun = _play(lab, DRIVER, host, reports)
@@ -489,10 +492,9 @@ def _mirror_case(
     fault: str,
     keep_source: bool,
     expect: tuple[str, ...],
-    keep_lists: bool = False,
 ) -> None:
     host, reports = faulty
-    _reset_toolkit(lab, host, keep_source, keep_lists)
+    _reset_toolkit(lab, host, keep_source)
     with _mirror_cut(lab):
         first = _play(lab, TOOLKIT, host, reports)
     assert first.returncode != 0
@@ -534,19 +536,50 @@ def test_mirror_cut_at_apt_update(
     )
 
 
-def test_mirror_cut_during_the_package_download(
+@contextlib.contextmanager
+def _debs_gone(lab: Lab) -> Iterator[None]:
+    """The mirror answers (key, lists) but its .debs are gone (404): a mirror mid-sync. Its
+    repository is a read-only bind mount of a controller directory; the files move aside."""
+    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+    aside = source.parent / "debs-aside"
+    aside.mkdir(exist_ok=True)
+    moved = [(deb, aside / deb.name) for deb in source.rglob("*.deb")]
+    assert moved, f"no .deb under {source}"
+    for deb, to in moved:
+        deb.rename(to)
+    try:
+        yield
+    finally:
+        for deb, to in moved:
+            to.rename(deb)
+
+
+def test_mirror_fails_the_package_download(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Lists fresh (the re-run above updated them), the .debs not cached: the role skips the
-    update and the download fails; it names the URL and its variable, installs nothing."""
-    _mirror_case(
-        lab,
-        faulty,
+    """Lists fresh (the re-run above updated them), the .debs not cached, and the mirror's
+    packages gone (404) while its key and lists still answer: the role skips the update, the
+    download fails before dpkg runs, naming the URL and its variable; nothing is installed."""
+    host, reports = faulty
+    _reset_toolkit(lab, host, keep_source=True, keep_lists=True)
+    with _debs_gone(lab):
+        first = _play(lab, TOOLKIT, host, reports)
+    assert first.returncode != 0
+    text = first.stdout + first.stderr
+    for word in ("Downloading", "set by nvidia_container_toolkit_apt_repo_url", "404"):
+        assert word in text, (word, _first_error(text))
+    assert "Nothing was installed" in text, _first_error(text)
+    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
+    assert "ii" not in installed.split(), installed
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _assert_nothing_lost(lab, host)
+    _row(
+        "mirror's packages gone at the download (404; lists fresh, key answers)",
+        _verdict(first),
+        "ok: packages downloaded and installed",
         capsys,
-        "mirror cut at the package download (lists fresh)",
-        True,
-        ("Downloading", "set by nvidia_container_toolkit_apt_repo_url", "Nothing was installed"),
-        keep_lists=True,
     )
 
 
