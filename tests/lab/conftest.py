@@ -131,8 +131,10 @@ class Lab:
 # Lab test modules that must run first in the session, in this order: test_site.py starts
 # with `site.yml --check` on fresh hosts, before any other module provisions them.
 FIRST_MODULES = ("test_site.py",)
-# ... and last: test_lab_ops.py replaces and re-publishes hosts, losing their provisioning.
-LAST_MODULES = ("test_lab_ops.py",)
+# ... and last: the fault suite breaks and repairs one converged host (after the modules that
+# need the whole lab converged), then test_lab_ops.py replaces and re-publishes hosts, losing
+# their provisioning.
+LAST_MODULES = ("test_faults.py", "test_lab_ops.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,10 +2,12 @@
 
 Every case breaks something for real on the lab's GPU host (a Debian 12 container), runs the
 playbooks the fault hits, and then re-runs them after the fault is gone. Nothing is mocked:
-the host is `docker kill`-ed while dpkg runs (found by polling `docker exec ... pgrep`), the
-lab's mirror container (the stand-in for NVIDIA's toolkit repository) is cut off the lab
-network, dockerd is stopped with systemctl, daemon.json is overwritten with invalid JSON,
-sshd is restarted and the controller's session processes are killed by PID.
+the host is `docker kill`-ed while dpkg installs the driver or Docker, or while pip writes
+torch (found by polling `docker exec ... pgrep`), apt's cache is a 1 MiB tmpfs, the lab's
+mirror container (the stand-in for NVIDIA's toolkit repository) is cut off the lab network
+or loses its packages (404), dockerd is stopped with systemctl, daemon.json is overwritten
+with invalid JSON, sshd is restarted and the controller's session processes are killed by
+PID.
 
 Cases reuse the host: each resets only what it needs (packages removed with `apt-get remove`,
 their .debs kept in apt's cache so the re-run does not download them again) instead of
@@ -14,8 +16,9 @@ every re-run must keep: a key of its own in /etc/docker/daemon.json, a package o
 running container (`keeper`, restart policy unless-stopped).
 
 The table (fault, first run, re-run) is printed at the end of the module. The cases are
-marked `faults` and run by `make test-faults`, not by CI's `make test-lab`: on the shared
-2-core machine they took 4-8 min each (the toolkit play alone ~2 min).
+marked `faults` (and `lab`): CI's `make test-lab` runs them after the other lab modules, on
+the converged lab; `make test-faults` runs only them. The eleven took 9.6 min on the 2-core
+machine (about 50 s a case) while a QEMU VM shared it.
 """
 
 from __future__ import annotations
