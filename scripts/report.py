@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = ("L0", "L1", "L2", "L3", "PERF", "L4", "L5")
+LAYERS = ("L0", "L1", "L2", "L3", "PERF", "L4", "L5", "L6")
 SHORT = {"pass": "pass", "pass (cpu)": "cpu", "fail": "FAIL", "skipped": "skip"}
 NO_KERNEL_MODULE = "userspace only: no kernel module"
 

@@ -260,3 +260,20 @@ def test_every_smoke_hint_is_a_command_explain_recognises(hint, capsys):
 def test_the_l1_hint_keeps_the_apostrophe():
     hint = sl.explain_hint(l1_driver.NO_DRIVER_ERROR)
     assert shlex.split(hint)[2] == l1_driver.NO_DRIVER_ERROR
+
+
+def test_every_layer_the_smoke_run_reports_is_shown_and_required_ones_named(tmp_path, capsys):
+    """make lab printed "required L0,L5,L6" in a host's row while neither the required-layers
+    line nor the table had L6: the layers the smoke scripts emit, all of them, are columns."""
+    doc = {
+        **SMOKE_OK,
+        "required": ["L0", "L5", "L6"],
+        "layers": [*SMOKE_OK["layers"], verdict("L6", "pass (cpu)")],
+    }
+    write(tmp_path, "smoke", doc)
+    fleet = report.build(tmp_path)
+    assert report.required_line(fleet).endswith("; L6 on every host")
+    (row,) = fleet["hosts"]
+    assert set(row["layers"]) == {"L0", "L1", "L3", "L5", "L6"}
+    run_all = smoke("run_all")
+    assert set(report.LAYERS) == set(run_all.SCRIPTS), "a layer the smoke run emits is not shown"
