@@ -47,15 +47,15 @@ def explain(profile: dict[str, Any], step: str, code: str, message: str) -> str:
     return f"{where}: {step} failed ({code}: {message})"
 
 
-def roundtrip(profile: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
+def client(profile: dict[str, Any], keys: dict[str, str]) -> Any:
+    """The profile's S3 client (endpoint, region, addressing style, TLS as the profile says)."""
     import boto3
     import botocore.config
-    import botocore.exceptions
 
     verify: bool | str = bool(profile.get("verify_tls", True))
     if verify and profile.get("ca_bundle"):
         verify = str(profile["ca_bundle"])
-    s3 = boto3.session.Session(
+    return boto3.session.Session(
         aws_access_key_id=keys["access_key"],
         aws_secret_access_key=keys["secret_key"],
         region_name=profile.get("region") or None,
@@ -70,6 +70,43 @@ def roundtrip(profile: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
             read_timeout=30,
         ),
     )
+
+
+def bucket_missing(s3: Any, bucket: str) -> bool:
+    """True when HEAD says the bucket does not exist (a 403 has no body to say why: the put
+    that follows names the refusal)."""
+    import botocore.exceptions
+
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as exc:
+        code = str(exc.response["Error"]["Code"])
+        if code not in ("403", "404", "NoSuchBucket"):
+            raise
+        return code != "403"
+    return False
+
+
+def create_bucket(s3: Any, bucket: str, region: str) -> None:
+    """Create the bucket. Every host of a play probes the same bucket at once, so another
+    host (or a retry of this request) may have created it since the HEAD: S3 and MinIO then
+    answer BucketAlreadyOwnedByYou (outside us-east-1), which is what was asked for. A bucket
+    another account owns (BucketAlreadyExists) stays an error."""
+    import botocore.exceptions
+
+    # S3 wants the region named for any bucket outside us-east-1.
+    where = {} if region == "us-east-1" else {"LocationConstraint": region}
+    try:
+        s3.create_bucket(Bucket=bucket, **({"CreateBucketConfiguration": where} if where else {}))
+    except botocore.exceptions.ClientError as exc:
+        if exc.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
+            raise
+
+
+def roundtrip(profile: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
+    import botocore.exceptions
+
+    s3 = client(profile, keys)
     bucket = profile["probe_bucket"]
     key = (
         f"{profile.get('prefix', 'gpuprov-probe/')}{profile.get('host', 'host')}-{uuid.uuid4().hex}"
@@ -86,22 +123,8 @@ def roundtrip(profile: dict[str, Any], keys: dict[str, str]) -> dict[str, Any]:
     try:
         if profile.get("create_bucket"):
             result["step"] = "create bucket"
-            missing = False
-            try:
-                s3.head_bucket(Bucket=bucket)
-            except botocore.exceptions.ClientError as exc:
-                code = exc.response["Error"]["Code"]
-                # A 403 on HEAD has no body to say why: the put below names the refusal.
-                if code not in ("403", "404", "NoSuchBucket"):
-                    raise
-                missing = code != "403"
-            if missing:
-                region = profile.get("region") or "us-east-1"
-                # S3 wants the region named for any bucket outside us-east-1.
-                where = {} if region == "us-east-1" else {"LocationConstraint": region}
-                s3.create_bucket(
-                    Bucket=bucket, **({"CreateBucketConfiguration": where} if where else {})
-                )
+            if bucket_missing(s3, bucket):
+                create_bucket(s3, bucket, profile.get("region") or "us-east-1")
         result["step"] = "put"
         s3.put_object(Bucket=bucket, Key=key, Body=body)
         result["step"] = "get"
