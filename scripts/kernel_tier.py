@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gpuprov_lab.site import ansible_env
+from gpuprov_lab.site import ansible_env, ansible_tool, log_run
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
@@ -396,10 +396,7 @@ class Lab:
 def ansible_playbook(
     inventory: Path, host: str, extra: Mapping[str, Any], *, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    binary = Path(sys.executable).parent / "ansible-playbook"
-    exe = (
-        str(binary) if binary.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
-    )
+    exe = ansible_tool("ansible-playbook")
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
@@ -414,13 +411,19 @@ def ansible_playbook(
     env = ansible_env(inventory.parent.name, base=env)
     argv = [exe, "-i", str(inventory), str(DRIVER_PLAYBOOK), "--limit", host]
     argv += ["-e", json.dumps(dict(extra))]
+    started = time.monotonic()
     proc = run(argv, check=False, env=env, cwd=REPO, timeout=7200)
     # Every run's output beside its inventory (the lab's state directory, or the VM's work
     # directory, which --keep keeps): a failed check can be read after the fact.
-    logs = inventory.parent / "ansible-runs"
-    logs.mkdir(exist_ok=True)
-    log_file = logs / f"{len(list(logs.glob('*.log'))) + 1:02d}-{host}.log"
-    log_file.write_text(f"# {' '.join(argv)}\n{proc.stdout}\n{proc.stderr}", encoding="utf-8")
+    log_file = log_run(
+        inventory.parent / "runs",
+        argv,
+        proc.returncode,
+        time.monotonic() - started,
+        proc.stdout,
+        proc.stderr,
+        f"kernel tier: {host}",
+    )
     if check and proc.returncode != 0:
         raise TierError(
             f"{' '.join(argv[:6])} ... failed (rc {proc.returncode}, log {log_file}):\n"

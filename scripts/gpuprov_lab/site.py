@@ -8,7 +8,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpuprov_lab.common import REPO, STATE_ROOT, LabError
@@ -101,3 +101,28 @@ def ansible_env(lab: str, base: dict[str, str] | None = None) -> dict[str, str]:
     if password.is_file():
         env.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
     return env
+
+
+def log_run(
+    runs: Path,
+    argv: Sequence[str],
+    rc: int | None,
+    seconds: float,
+    out: str | bytes | None,
+    err: str | bytes | None,
+    label: str = "",
+) -> Path:
+    """Keep one Ansible run's whole output in `runs`/NNN.log (numbered in order) and a line
+    for it in `runs`/index.txt, so a failed run can be read after the fact and where the time
+    went is on disk. rc None: the run was cut off (timeout). Returns the log's path."""
+    runs.mkdir(parents=True, exist_ok=True)
+    number = len(list(runs.glob("*.log"))) + 1
+    text = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (out, err)]
+    log = runs / f"{number:03d}.log"
+    log.write_text(
+        f"# {' '.join(argv)}\n# {label}\n# rc={rc} {seconds:.0f}s\n{text[0]}\n{text[1]}",
+        encoding="utf-8",
+    )
+    with (runs / "index.txt").open("a", encoding="utf-8") as index:
+        index.write(f"{number:03d} rc={rc} {seconds:6.0f}s {label} :: {' '.join(argv[3:])}\n")
+    return log

@@ -18,6 +18,7 @@ hostvars/groups read back from the generated inventory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -31,10 +32,11 @@ from typing import Any
 import pytest
 from gpuprov_lab import ansible_inventory
 from gpuprov_lab.inventory import ssh_argv
-from gpuprov_lab.site import ansible_env, vault_password_file
+from gpuprov_lab.site import ansible_env, ansible_tool, log_run, vault_password_file
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PY = REPO / "scripts" / "lab.py"
+RUNS = REPO / ".lab"  # every lab Ansible run is kept in .lab/<name>/runs/ (log_run)
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -63,6 +65,32 @@ class Lab:
         argv = ssh_argv(self.hosts[host], command)
         return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
 
+    def settle(self, host: str, timeout: float = 300) -> None:
+        """Wait until a (re)started host answers SSH and its boot has settled: `systemctl
+        is-system-running --wait` returns once no start job is left, readiness checks of the
+        services site.yml installed included (TorchServe, Triton, JupyterLab). A later module
+        probing those units then finds the host as site.yml left it, not half started."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                wait = "timeout 240 systemctl is-system-running --wait >/dev/null; true"
+                if self.ssh(host, wait, check=False, timeout=260).returncode == 0:
+                    return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host}: no SSH {timeout:.0f}s after it was started")
+            time.sleep(2)
+
+    def start(self, host: str) -> None:
+        """`docker start` a host a test stopped, then `settle` it. Its published SSH port may
+        have been taken while it was down (another lab on the machine): then lab.py recreates
+        the lab's missing hosts, so later sessions find a working lab."""
+        container = str(self.hosts[host]["lab_container"])
+        started = subprocess.run(["docker", "start", container], check=False, capture_output=True)
+        if started.returncode != 0:
+            hosts = os.environ.get("GPUPROV_LAB_HOSTS", "default")
+            self.lab_py("up", "--recreate", "--hosts", hosts, check=False)
+        self.settle(host)
+
     @property
     def reports(self) -> Path:
         """The lab's one report directory on the controller (never the repository's reports/)."""
@@ -85,8 +113,7 @@ class Lab:
     def _ansible(
         self, tool: str, args: Sequence[str], check: bool, timeout: float
     ) -> subprocess.CompletedProcess[str]:
-        binary = VENV_BIN / tool
-        exe = str(binary) if binary.exists() else (shutil.which(tool) or tool)
+        exe = ansible_tool(tool)
         # ansible.cfg, a fact cache of this lab's own (labs reuse host names, and one jsonfile
         # cache would hand one lab's facts to another) and the lab's vault.
         env = ansible_env(self.name)
@@ -103,29 +130,33 @@ class Lab:
                 env=env,
             )
         except subprocess.TimeoutExpired as exc:
-            self._log_run(argv, None, time.monotonic() - started, exc.stdout, exc.stderr)
+            log_run(
+                RUNS / self.name / "runs",
+                argv,
+                None,
+                time.monotonic() - started,
+                exc.stdout,
+                exc.stderr,
+                _test(),
+            )
             raise
-        self._log_run(argv, proc.returncode, time.monotonic() - started, proc.stdout, proc.stderr)
+        log_run(
+            RUNS / self.name / "runs",
+            argv,
+            proc.returncode,
+            time.monotonic() - started,
+            proc.stdout,
+            proc.stderr,
+            _test(),
+        )
         if check:
             proc.check_returncode()
         return proc
 
-    def _log_run(
-        self, argv: Sequence[str], rc: int | None, seconds: float, out: Any, err: Any
-    ) -> None:
-        """Keep every run's whole output (profile_tasks timings included) in
-        .lab/<name>/runs/, numbered in order, and one line per run in runs/index.txt:
-        a failed CI lab run can be read after the fact, and where the time goes is on disk."""
-        runs = REPO / ".lab" / self.name / "runs"
-        runs.mkdir(parents=True, exist_ok=True)
-        number = len(list(runs.glob("*.log"))) + 1
-        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
-        text = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (out, err)]
-        (runs / f"{number:03d}.log").write_text(
-            f"# {' '.join(argv)}\n# test: {test}\n# rc={rc} {seconds:.0f}s\n{text[0]}\n{text[1]}"
-        )
-        with (runs / "index.txt").open("a") as index:
-            index.write(f"{number:03d} rc={rc} {seconds:6.0f}s {test} :: {' '.join(argv[3:])}\n")
+
+def _test() -> str:
+    """The test that started a run (its log's label)."""
+    return "test: " + os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
 
 
 # Lab test modules that must run first in the session, in this order: test_site.py starts

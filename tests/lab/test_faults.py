@@ -83,24 +83,6 @@ def _sh(lab: Lab, host: str, cmd: str, check: bool = True) -> str:
     return str(lab.ssh(host, cmd, check=check).stdout)
 
 
-def _wait_ssh(lab: Lab, host: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(subprocess.SubprocessError):
-            if (
-                lab.ssh(
-                    host,
-                    "systemctl is-system-running --wait >/dev/null; true",
-                    check=False,
-                    timeout=60,
-                ).returncode
-                == 0
-            ):
-                return
-        time.sleep(2)
-    raise AssertionError(f"{host}: no SSH {timeout}s after the restart")
-
-
 def _env(lab: Lab) -> dict[str, str]:
     env = ansible_env(lab.name)
     env.pop("ANSIBLE_STDOUT_CALLBACK", None)
@@ -275,7 +257,7 @@ def _kill_during_dpkg(
     out, _ = proc.communicate(timeout=600)
     assert landed, f"{pattern} {writing} never seen:\n{out[-3000:]}"
     _docker("start", container)
-    _wait_ssh(lab, host)
+    lab.settle(host)
     state = _sh(
         lab,
         host,

@@ -24,7 +24,6 @@ Run alone on a kept lab: GPUPROV_LAB_NAME=h8 GPUPROV_LAB_KEEP=1 pytest -m lab \
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -239,15 +238,7 @@ def test_a_stopped_host_fails_both_launchers_fast_and_named(
             timeout=120,
         )
     finally:
-        restart = subprocess.run(["docker", "start", container], check=False, capture_output=True)
-        if restart.returncode != 0:
-            lab.lab_py(
-                "up",
-                "--recreate",
-                "--hosts",
-                os.environ.get("GPUPROV_LAB_HOSTS", "default"),
-                check=False,
-            )
+        lab.start(victim)
     assert rc == 1, doc
     address = lab.hosts[victim]["lab_address"]
     for v in doc["layers"]:

@@ -14,7 +14,6 @@ Run: GPUPROV_LAB_HOSTS=small pytest -m lab tests/lab/test_pytorch_smoke.py
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -208,17 +207,7 @@ def test_a_stopped_host_fails_l5_in_bounded_time(lab, pair, reports):
         out = play(lab, "smoke.yml", pair, reports)
         wall = time.monotonic() - started
     finally:
-        # Its published SSH port may have been taken while it was down (another lab on the
-        # machine): then recreate it, so later sessions find a working lab.
-        restart = subprocess.run(["docker", "start", container], check=False, capture_output=True)
-        if restart.returncode != 0:
-            lab.lab_py(
-                "up",
-                "--recreate",
-                "--hosts",
-                os.environ.get("GPUPROV_LAB_HOSTS", "default"),
-                check=False,
-            )
+        lab.start(cpu)
     assert out.returncode != 0
     _, v = load(reports, gpu)
     l5 = v["L5"]

@@ -397,11 +397,7 @@ def stopped_host(lab: Lab) -> Iterator[str]:
     try:
         yield host
     finally:
-        subprocess.run(["docker", "start", container], check=True, capture_output=True)
-        deadline = time.monotonic() + 120
-        while lab.ssh(host, "systemctl is-active ssh", check=False, timeout=15).returncode:
-            assert time.monotonic() < deadline, f"{host}: no SSH after docker start"
-            time.sleep(1)
+        lab.start(host)
         # The lab address may change on restart: let lab.py rewrite the inventory.
         address = subprocess.run(
             [

@@ -590,3 +590,23 @@ def test_ansible_env_carries_the_labs_vault_password_when_it_has_one(
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in site.ansible_env("without", base={})
     own = {"ANSIBLE_VAULT_PASSWORD_FILE": "/mine", "ANSIBLE_CONFIG": "/my.cfg"}
     assert site.ansible_env("with", base=own) | own == site.ansible_env("with", base=own)
+
+
+def test_log_run_keeps_every_run_numbered_with_an_index_line(tmp_path: Path) -> None:
+    """The lab tests and the kernel tier keep each Ansible run the same way (site.log_run)."""
+    runs = tmp_path / "runs"
+    argv = ["ansible-playbook", "-i", "hosts.yml", "site.yml", "--limit", "h"]
+    first = site.log_run(runs, argv, 2, 61.4, "PLAY RECAP\n", "warn\n", "test: a.py::t")
+    second = site.log_run(runs, argv, None, 3600.0, b"cut \xff", None, "kernel tier: h")
+    assert [first.name, second.name] == ["001.log", "002.log"]
+    assert first.read_text().splitlines()[:4] == [
+        "# ansible-playbook -i hosts.yml site.yml --limit h",
+        "# test: a.py::t",
+        "# rc=2 61s",
+        "PLAY RECAP",
+    ]
+    assert "cut \ufffd" in second.read_text()
+    assert (runs / "index.txt").read_text().splitlines() == [
+        "001 rc=2     61s test: a.py::t :: site.yml --limit h",
+        "002 rc=None   3600s kernel tier: h :: site.yml --limit h",
+    ]
