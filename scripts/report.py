@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import functools
 import html
+import importlib.util
 import io
 import json
 import re
@@ -505,6 +506,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--html", action="store_true", help="also write fleet.html")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("compat") is None:  # hints are checked with gpu-compat itself
+        sys.stderr.write(
+            f"report.py: the compat package is not installed for {sys.executable}: run it with "
+            "the virtualenv's Python (`make report`, or .venv/bin/python scripts/report.py)\n"
+        )
+        return 2
     try:
         hosts = inventory_hosts(args.inventory) if args.inventory else None
         fleet = build(args.reports, hosts)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def test_smoke_verdicts_are_honest_and_all_reduce_passes(lab, pair, no_torch, re
 
 def test_report_collects_the_verdicts(lab, pair, no_torch, reports):
     proc = subprocess.run(
-        ["python3", str(REPO / "scripts" / "report.py"), "--reports", str(reports), "--html"],
+        [sys.executable, str(REPO / "scripts" / "report.py"), "--reports", str(reports), "--html"],
         capture_output=True,
         text=True,
         check=False,

@@ -127,6 +127,20 @@ def test_no_reports_is_a_usage_error(tmp_path, capsys):
     assert "no reports under" in capsys.readouterr().err
 
 
+def test_a_python_without_compat_is_told_which_python_to_use(tmp_path, capsys, monkeypatch):
+    """`python3 scripts/report.py` with Debian's Python: one line, not a traceback from the
+    hint check deep in build()."""
+    write(tmp_path, "plan", PLAN)
+    real = report.importlib.util.find_spec
+    monkeypatch.setattr(
+        report.importlib.util, "find_spec", lambda n, *a: None if n == "compat" else real(n, *a)
+    )
+    assert report.main(["--reports", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("report.py: the compat package is not installed for ")
+    assert "`make report`, or .venv/bin/python scripts/report.py" in err
+
+
 def test_broken_json_is_named(tmp_path):
     (tmp_path / "smoke").mkdir()
     (tmp_path / "smoke" / "x.json").write_text("{")
