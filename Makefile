@@ -59,10 +59,10 @@ syntax: deps  ## --syntax-check every playbook against the example inventory
 unit: venv  ## fast tests (no Docker), with branch coverage of the compat package
 	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov=compat --cov-report=term-missing
 
-test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun (slow; not the faults)
-	$(BIN)/pytest tests/lab -m "lab and not faults and not kernel" -p no:randomly --durations=30
+test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchrun, the fault suite (slow)
+	$(BIN)/pytest tests/lab -m "lab and not kernel" -p no:randomly --durations=30
 
-test-faults: deps  ## the fault-injection cases on a lab host (kill, mirror, disk full, ssh drop; not in CI)
+test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
 test: prereqs-test lint syntax unit test-lab  ## everything CI runs (the README's test command)

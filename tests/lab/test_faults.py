@@ -16,10 +16,9 @@ every re-run must keep: a key of its own in /etc/docker/daemon.json, a package o
 running container (`keeper`, restart policy unless-stopped).
 
 The table (fault, first run, re-run) is printed at the end of the module. The cases are
-marked `faults` (and `lab`) and run by `make test-faults`, not by CI's `make test-lab`: the
-eleven take about 10 min (9.6 min on the 2-core machine with a QEMU VM sharing it), and CI's
-lab tests already use most of the 90-min budget. Run with the other lab modules
-(`pytest -m lab`), they come after them, before test_lab_ops.py.
+marked `faults` (and `lab`); CI's `make test-lab` runs them after the other lab modules,
+before test_lab_ops.py (about 10 min for the eleven on the 2-core machine), and
+`make test-faults` runs them alone on a lab.
 """
 
 from __future__ import annotations
