@@ -15,10 +15,11 @@ recreating the container. Before the first case the host gets things a user owns
 every re-run must keep: a key of its own in /etc/docker/daemon.json, a package on hold, and a
 running container (`keeper`, restart policy unless-stopped).
 
-The table (fault, first run, re-run) is printed at the end of the module. The cases are
-marked `faults` (and `lab`); CI's `make test-lab` runs them after the other lab modules,
-before test_lab_ops.py (about 10 min for the eleven on the 2-core machine), and
-`make test-faults` runs them alone on a lab.
+Each case ends with the host's testinfra modules of the driver, Docker and the toolkit
+passing (`tests/infra`). The table (fault, first run, re-run) is printed at the end of the
+module. The cases are marked `faults` (and `lab`); CI's `make test-lab` runs them after the
+other lab modules, before test_lab_ops.py (about 10 min for the eleven on the 2-core
+machine), and `make test-faults` runs them alone on a lab.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,6 +178,37 @@ def _assert_nothing_lost(lab: Lab, host: str) -> None:
     assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
     running = _sh(lab, host, "docker ps --filter name=keeper --format '{{.Status}}'")
     assert running.startswith("Up"), running
+    _testinfra(lab, host)
+
+
+# The testinfra modules of the roles the faults hit (torch has none: the pip case checks it
+# imports). A case ends green only when they pass on the host, with the user's daemon.json
+# key among the keys the Docker tests require.
+INFRA = ("tests/infra/test_driver.py", "tests/infra/test_docker.py", "tests/infra/test_toolkit.py")
+
+
+def _testinfra(lab: Lab, host: str) -> None:
+    argv = [
+        str(VENV_BIN / "pytest"),
+        *INFRA,
+        f"--hosts=ansible://{host}",
+        f"--ansible-inventory={lab.inventory}",
+        *("--docker-preserved-key", *USER_KEY),
+        *("-p", "no:randomly", "-p", "no:cacheprovider", "-q"),
+    ]
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        env=ansible_env(lab.name),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "passed" in summary, summary
+    assert not re.search(r"\b(failed|errors?)\b", summary), summary
 
 
 # ---------------------------------------------------------------------------
