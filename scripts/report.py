@@ -506,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--html", action="store_true", help="also write fleet.html")
     parser.add_argument("--quiet", action="store_true", help="do not print the summary")
     args = parser.parse_args(argv)
-    if importlib.util.find_spec("compat") is None:  # hints are checked with gpu-compat itself
+    if importlib.util.find_spec("compat") is None:  # the hints are checked by running compat
         sys.stderr.write(
             f"report.py: the compat package is not installed for {sys.executable}: run it with "
             "the virtualenv's Python (`make report`, or .venv/bin/python scripts/report.py)\n"
