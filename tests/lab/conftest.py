@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,8 +39,6 @@ from gpuprov_lab.site import ansible_env, ansible_tool, log_run, vault_password_
 REPO = Path(__file__).resolve().parents[2]
 LAB_PY = REPO / "scripts" / "lab.py"
 RUNS = REPO / ".lab"  # every lab Ansible run is kept in .lab/<name>/runs/ (log_run)
-
-VENV_BIN = Path(sys.executable).parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +91,33 @@ class Lab:
             self.lab_py("up", "--recreate", "--hosts", hosts, check=False)
         self.settle(host)
 
+    def testinfra(self, hosts: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """The testinfra suite (`tests/infra`, or the modules in args, with their options)
+        against an inventory pattern of this lab, as a user runs it; asserts that it passed
+        with nothing failed. Returns the verbose run (one PASSED line per test and host)."""
+        argv = [
+            str(Path(sys.executable).parent / "pytest"),
+            *(args or ("tests/infra",)),
+            f"--hosts=ansible://{hosts}",
+            f"--ansible-inventory={self.inventory}",
+            *("-p", "no:randomly", "-p", "no:cacheprovider", "-v"),
+        ]
+        proc = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=ansible_env(self.name),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=1800,
+        )
+        tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+        assert proc.returncode == 0, f"{shlex.join(argv)}\n{tail}"
+        summary = proc.stdout.strip().splitlines()[-1]
+        assert re.search(r"\b\d+ passed\b", summary), summary
+        assert not re.search(r"\b(failed|error|errors)\b", summary), summary
+        return proc
+
     @property
     def reports(self) -> Path:
         """The lab's one report directory on the controller (never the repository's reports/)."""
@@ -119,6 +146,9 @@ class Lab:
         env = ansible_env(self.name)
         argv = [exe, "-i", str(self.inventory), *args]
         started = time.monotonic()
+        rc: int | None = None
+        out: str | bytes | None = None
+        err: str | bytes | None = None
         try:
             proc = subprocess.run(
                 argv,
@@ -129,26 +159,13 @@ class Lab:
                 cwd=REPO,
                 env=env,
             )
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as exc:
-            log_run(
-                RUNS / self.name / "runs",
-                argv,
-                None,
-                time.monotonic() - started,
-                exc.stdout,
-                exc.stderr,
-                _test(),
-            )
+            out, err = exc.stdout, exc.stderr
             raise
-        log_run(
-            RUNS / self.name / "runs",
-            argv,
-            proc.returncode,
-            time.monotonic() - started,
-            proc.stdout,
-            proc.stderr,
-            _test(),
-        )
+        finally:
+            seconds = time.monotonic() - started
+            log_run(RUNS / self.name / "runs", argv, rc, seconds, out, err, _test())
         if check:
             proc.check_returncode()
         return proc

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -188,27 +187,7 @@ INFRA = ("tests/infra/test_driver.py", "tests/infra/test_docker.py", "tests/infr
 
 
 def _testinfra(lab: Lab, host: str) -> None:
-    argv = [
-        str(VENV_BIN / "pytest"),
-        *INFRA,
-        f"--hosts=ansible://{host}",
-        f"--ansible-inventory={lab.inventory}",
-        *("--docker-preserved-key", *USER_KEY),
-        *("-p", "no:randomly", "-p", "no:cacheprovider", "-q"),
-    ]
-    proc = subprocess.run(
-        argv,
-        cwd=REPO,
-        env=ansible_env(lab.name),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "passed" in summary, summary
-    assert not re.search(r"\b(failed|errors?)\b", summary), summary
+    lab.testinfra(host, *INFRA, "--docker-preserved-key", *USER_KEY)
 
 
 # ---------------------------------------------------------------------------
