@@ -368,6 +368,8 @@ def format_libraries(libs: Sequence[CudaLibrary], ccs: Sequence[tuple[int, int]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit 0 when every library has a kernel image for every ``--cc``, 1 when one has none
+    (as ``gpu-compat inspect --gpu``), 2 when a path cannot be read."""
     parser = argparse.ArgumentParser(
         prog="python -m compat.cudalibs",
         description="Measure the CUDA libraries (cuDNN, cuBLAS, ...) of a wheel or install.",
@@ -390,9 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             status = 2
             continue
+        covs = [c for cc in ccs for c in library_coverage(libs, cc)]
+        if status == 0 and any(c.entry is None for c in covs):
+            status = 1  # a library has no kernel image for an asked capability
         if args.json:
-            cov = [c.to_dict() for cc in ccs for c in library_coverage(libs, cc)]
-            out = {"path": str(path), "libraries": [x.to_dict() for x in libs], "coverage": cov}
+            out = {
+                "path": str(path),
+                "libraries": [x.to_dict() for x in libs],
+                "coverage": [c.to_dict() for c in covs],
+            }
             print(json.dumps(out, indent=2))
             continue
         print(f"{path}:")

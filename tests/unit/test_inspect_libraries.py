@@ -201,11 +201,12 @@ def test_nothing_to_find(tmp_path: Path) -> None:
 def test_cli_cc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     site = tmp_path / "site"
     write_nvidia(site, "cudnn", "nvidia-cudnn-cu11", "9.1.0.70", CUDNN)
-    assert main([str(site), "--cc", "3.7"]) == 0
+    # cuDNN 9 has no kernel image for 3.7: exit 1, as gpu-compat inspect --gpu
+    assert main([str(site), "--cc", "3.7"]) == 1
     out = capsys.readouterr().out
     assert "library cuDNN (nvidia-cudnn-cu11 9.1.0.70): sass sm_50 sm_60 sm_80 sm_90" in out
     assert "sm_37: weakest link: cuDNN (no kernel image)" in out
-    assert main([str(site), "--cc", "3.7", "--json"]) == 0
+    assert main([str(site), "--cc", "3.7", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["coverage"] == [
         {
@@ -218,6 +219,10 @@ def test_cli_cc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "covered_by": None,
         }
     ]
+    assert main([str(site), "--cc", "8.0"]) == 0  # sm_80
+    capsys.readouterr()
+    assert main([str(site)]) == 0  # no capability asked: nothing to judge
+    capsys.readouterr()
     with pytest.raises(SystemExit):
         main([str(site), "--cc", "sm_37"])
 
@@ -253,3 +258,38 @@ def test_gpu_compat_inspect_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "torch:" not in out
     assert "sm_37 (3.7): cuDNN 9.1.0.70: NO kernel image: its operations fail here" in out
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["human", "json"])
+def test_inspect_gpu_exits_1_when_only_a_library_lacks_the_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Issue 21: torch carries a kernel for the GPU, but one CUDA library does not: the
+    answer is still no (exit 1), whatever else covers the GPU."""
+    from compat.cli import main as cli
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    write_torch(site, cuda=True)  # torch: sm_80 sm_86 sm_90 compute_90
+    # cuBLAS with Ampere SASS only: nothing for Hopper (9.0)
+    write_nvidia(
+        site, "cublas", "nvidia-cublas-cu12", "12.0.0.1", {"libcublas.so.12": ((SASS, 80),)}
+    )
+    extra = ["--json"] if as_json else []
+    # A100 (8.0): torch sm_80, cuBLAS sm_80, the bundled cuDNN sm_80 -> 0
+    assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "A100-SXM4-40GB", *extra]) == 0
+    capsys.readouterr()
+    # H100 (9.0): torch sm_90, but cuBLAS (and the bundled cuDNN: sm_50 sm_80) have nothing -> 1
+    assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "H100", *extra]) == 1
+    out = capsys.readouterr().out
+    if as_json:
+        d = json.loads(out)
+        assert d["ok"] is False
+        (gpu,) = d["gpus"]
+        assert gpu["torch"] == {"result": "sass", "covered_by": "sm_90"}
+        results = {c["package"]: c["result"] for c in gpu["libraries"]}
+        assert results["nvidia-cublas-cu12"] == "none"
+    else:
+        assert "(9.0): torch: sass sm_90" in out
+        assert "(9.0): cuBLAS 12.0.0.1: NO kernel image: its operations fail here" in out
+    # two GPUs, one of them covered everywhere: still 1
+    assert cli(["inspect", str(tmp_path / "venv"), "--gpu", "A100-SXM4-40GB", "--gpu", "H100"]) == 1
