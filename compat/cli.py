@@ -5,26 +5,28 @@ Exit codes: 0 yes/ok/found, 1 no/not found/not recognised, 2 usage or data error
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import compat
 from compat import CompatError
+from compat.cliargs import HOST_OPTIONS, JSON_OPTION, resolve_args
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Sequence
     from typing import Any, NoReturn
 
 OK, NO, USAGE = 0, 1, 2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def _parser() -> argparse.ArgumentParser:
+    import argparse  # not on the hot path: a plain `resolve` line skips it (compat.cliargs)
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
     p = _Parser(
         prog="gpu-compat",
         description="Which driver, CUDA and PyTorch build run on these GPUs, and why.",
@@ -34,24 +36,15 @@ def _parser() -> argparse.ArgumentParser:
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_)
-        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.add_argument("--json", **JSON_OPTION)
         return sp
 
     lk = add("lookup", "find GPUs by name, PCI ID (10de:1023) or capability (sm_35, 3.5)")
     lk.add_argument("query")
 
-    def host_args(sp: argparse.ArgumentParser, gpu_required: bool = True) -> None:
-        sp.add_argument(
-            "--gpu",
-            action="append",
-            required=gpu_required,
-            default=[],
-            metavar="G",
-            help="a GPU of the host (repeat for each GPU)",
-        )
-        sp.add_argument("--driver", metavar="VERSION", help="installed driver, e.g. 535.183.01")
-        sp.add_argument("--python", metavar="X.Y", help="Python version of the environment")
-        sp.add_argument("--channel", choices=("pip", "conda"), default="pip")
+    def host_args(sp: argparse.ArgumentParser) -> None:
+        for flag, options in HOST_OPTIONS.items():
+            sp.add_argument(flag, **options, required=flag == "--gpu")
 
     ck = add("check", "will this torch build run on these GPUs?")
     host_args(ck)
@@ -117,8 +110,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        fast = resolve_args(argv)  # a plain `resolve` line needs no argparse (the hot path)
+        if fast is not None:
+            return _cmd_resolve(fast)
+        args = _parser().parse_args(argv)
         return _COMMANDS[args.command](args)
     except CompatError as exc:
         print(f"gpu-compat: error: {exc}", file=sys.stderr)
@@ -206,11 +203,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return OK if verdict["compatible"] else NO
 
 
-def _cmd_resolve(args: argparse.Namespace) -> int:
-    plan = compat.resolve(args.gpu, driver=args.driver, python=args.python, channel=args.channel)
+def _cmd_resolve(args: argparse.Namespace | dict[str, Any]) -> int:
+    a = args if isinstance(args, dict) else vars(args)  # a dict: from cliargs.resolve_args
+    plan = compat.resolve(a["gpu"], driver=a["driver"], python=a["python"], channel=a["channel"])
     if plan["ok"]:
         plan["notes"] = [*plan.get("notes", []), compat.horovod_note(plan["torch"])]
-    _emit(args, plan, format_plan(plan))
+    print(_json(plan) if a["json"] else "\n".join(format_plan(plan)))
     return OK if plan["ok"] else NO
 
 

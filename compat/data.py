@@ -2,9 +2,11 @@
 
 The YAML files are the single source of truth. Parsing and validating them costs tens of
 milliseconds, so the validated tables are kept, compiled with :mod:`marshal`, in the user's
-cache directory, keyed by the interpreter and by the name, size and modification time of
-every YAML file; any edit makes a new key. Only data that passed validation is ever written
-to the cache. The start-up path avoids ``pathlib``, ``json`` and ``typing`` (each costs
+cache directory, keyed by the interpreter, gpuprov's version and the name, size and
+modification time of every YAML file and of the module that compiles them; any edit makes a
+new key (:func:`cached`, also for ``compat.horovod``). Only data that passed validation is
+ever written to the cache; where it cannot be written, the data is parsed on every run. The
+start-up path avoids ``pathlib``, ``json``, ``typing``, PyYAML and ``packaging`` (each costs
 milliseconds; see ``scripts/bench_cli.py``).
 """
 
@@ -15,6 +17,7 @@ import os
 import sys
 import zlib
 
+from compat import __version__
 from compat.model import (
     GPU,
     Architecture,
@@ -34,11 +37,13 @@ from compat.model import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
-    from typing import Any
+    from typing import Any, TypeVar
 
-CACHE_FORMAT = 4
+    T = TypeVar("T")
+
+CACHE_FORMAT = 5
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 # Table name -> (top-level key, required fields, file glob). The one list of the data's tables:
@@ -84,6 +89,13 @@ def data_dir() -> str:
     return os.environ.get("GPU_COMPAT_DATA") or DATA_DIR
 
 
+def data_file(name: str) -> str:
+    """The file ``name`` of the data directory: GPU_COMPAT_DATA's when it holds one, else
+    gpuprov's."""
+    own = os.path.join(data_dir(), name)
+    return own if os.path.exists(own) else os.path.join(DATA_DIR, name)
+
+
 def _yaml_files(root: str) -> list[str]:
     try:
         names = os.listdir(root)
@@ -92,59 +104,84 @@ def _yaml_files(root: str) -> list[str]:
     return sorted(os.path.join(root, n) for n in names if n.endswith(".yaml"))
 
 
-def _cache_path(files: Sequence[str | Path]) -> str | None:
+def _stamp(files: Sequence[str | Path], kind: str, code: str) -> str | None:
+    """What a cache entry is valid for: the cache format, gpuprov's version, the interpreter,
+    and the name, size and modification time of each file and of ``code``; None: no cache."""
     if os.environ.get("GPU_COMPAT_NO_CACHE"):
         return None
-    stamp = [str(CACHE_FORMAT), sys.implementation.cache_tag or sys.version]
-    for f in files:
+    stamp = [str(CACHE_FORMAT), kind, __version__, sys.implementation.cache_tag or sys.version]
+    for f in (*files, code):
         try:
             st = os.stat(f)
         except OSError:
             return None
         stamp.append(f"{os.fspath(f)}:{st.st_size}:{st.st_mtime_ns}")
-    key = zlib.crc32("\n".join(stamp).encode()) & 0xFFFFFFFF
+    return "\n".join(stamp)
+
+
+def _path(kind: str, stamp: str) -> str:
+    # The entry holds its whole stamp, so that two stamps with one crc32 are only a miss.
+    key = zlib.crc32(stamp.encode()) & 0xFFFFFFFF
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpuprov", f"matrix-{key:08x}.marshal")
+    return os.path.join(base, "gpuprov", f"{kind}-{key:08x}.marshal")
+
+
+def _cache_path(
+    files: Sequence[str | Path], kind: str = "matrix", code: str = __file__
+) -> str | None:
+    """The cache file of what ``code`` compiles from ``files``; None when not cached."""
+    stamp = _stamp(files, kind, code)
+    return None if stamp is None else _path(kind, stamp)
+
+
+def cached(kind: str, files: Sequence[str], build: Callable[[], T], code: str = __file__) -> T:
+    """``build()``, or what it returned on an earlier run for the same ``files`` (names, sizes,
+    modification times) and the same ``code`` (the module of ``build``). ``build`` reads and
+    validates ``files``; what it returns must be plain data (dicts, lists, strings, numbers)."""
+    stamp = _stamp(files, kind, code)
+    if stamp is not None:
+        try:
+            with open(_path(kind, stamp), "rb") as fh:
+                # marshal.load(fh) reads object by object from the file: ten times slower.
+                doc = marshal.loads(fh.read())
+            if isinstance(doc, dict) and doc.get("stamp") == stamp:
+                value: T = doc["value"]
+                return value
+        except (OSError, ValueError, EOFError, TypeError, KeyError):
+            pass
+    value = build()
+    if stamp is not None:
+        _write_cache(_path(kind, stamp), stamp, value)
+    return value
 
 
 def load_raw(root: str | Path | None = None) -> dict[str, list[dict[str, Any]]]:
     """Return the validated tables as plain dicts, from the cache when it is fresh."""
     files = _yaml_files(os.fspath(root) if root is not None else data_dir())
-    cache = _cache_path(files)
-    if cache is not None:
-        try:
-            with open(cache, "rb") as fh:
-                # marshal.load(fh) reads object by object from the file: ten times slower.
-                cached = marshal.loads(fh.read())
-            if isinstance(cached, dict) and cached.get("format") == CACHE_FORMAT:
-                tables: dict[str, list[dict[str, Any]]] = cached["tables"]
-                return tables
-        except (OSError, ValueError, EOFError, TypeError, KeyError):
-            pass
-    tables = compile_tables(files)
-    if cache is not None:
-        _write_cache(cache, tables)
-    return tables
+    return cached("matrix", files, lambda: compile_tables(files))
 
 
-def _write_cache(cache: str, tables: dict[str, list[dict[str, Any]]]) -> None:
+def _write_cache(cache: str, stamp: str, value: object) -> None:
     try:
+        doc = {"format": CACHE_FORMAT, "stamp": stamp, "value": _interned(value)}
+        blob = marshal.dumps(doc)
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         tmp = f"{cache}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:
-            fh.write(marshal.dumps({"format": CACHE_FORMAT, "tables": _interned(tables)}))
+            fh.write(blob)
         os.replace(tmp, cache)
     except (OSError, ValueError):
-        pass  # a read-only home only costs speed
+        pass  # a read-only home (or data marshal cannot hold) only costs speed
 
 
 def _interned(obj: Any) -> Any:
-    """Intern every string, so that marshal writes each repeated one (sm_80, keys) once."""
+    """Intern every short string, so that marshal writes each repeated one (sm_80, keys) once;
+    a long one (a source, a note) is rarely repeated, and loads faster as it is."""
     if isinstance(obj, dict):
         return {sys.intern(k): _interned(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_interned(x) for x in obj]
-    return sys.intern(obj) if isinstance(obj, str) else obj
+    return sys.intern(obj) if isinstance(obj, str) and len(obj) <= 40 else obj
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:

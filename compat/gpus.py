@@ -62,12 +62,13 @@ def lookup(m: Matrix, query: str, every: bool = False) -> list[GPU]:
     if cc is not None:
         return [g for g in m.gpus if g.compute_capability == cc]
     q = _norm(query)
+    names = [(g, _norm(g.name), [_norm(n) for n in g.aliases]) for g in m.gpus]  # each once
     # nvidia-smi calls the 94 GB H100 plain "H100", which is also every H100's alias.
-    exact = [g for g in m.gpus if _norm(g.name) == q]
-    alias = [g for g in m.gpus if q in (_norm(n) for n in g.aliases)]
+    exact = [g for g, name, _ in names if name == q]
+    alias = [g for g, _, aliases in names if q in aliases]
     words = q.split()
     partial = [
-        g for g in m.gpus if any(all(w in _norm(n) for w in words) for n in (g.name, *g.aliases))
+        g for g, name, aliases in names if any(all(w in n for w in words) for n in (name, *aliases))
     ]
     if every:
         return list(dict.fromkeys([*exact, *alias, *partial]))

@@ -6,27 +6,52 @@ torchrun or mpirun. ``status(torch)`` answers whether Horovod builds against a t
 version, with the reason and the source; ``note(torch)`` is the one line that
 ``gpu-compat resolve`` adds to its notes; ``explain(text)`` answers a question or build
 error that mentions Horovod.
+
+The validated file is cached like the matrix (:func:`compat.data.cached`), with each row's
+torch specifier as plain comparisons where it is one: the note that every resolve prints
+reads no YAML and imports neither PyYAML nor ``packaging`` (``scripts/bench_cli.py``).
 """
 
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
-from typing import Any
 
-DATA_FILE = Path(__file__).resolve().parent / "data" / "horovod.yaml"
+from compat.data import DATA_DIR, cached, data_file
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from compat.model import VersionKey
+
+# gpuprov's own; os.path, not pathlib, on the start-up path (as in compat.data)
+DATA_FILE = os.path.join(DATA_DIR, "horovod.yaml")  # noqa: PTH118
+_OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 def load(path: str | None = None) -> dict[str, Any]:
+    """The validated ``horovod`` mapping of horovod.yaml (``path``, else GPU_COMPAT_DATA's or
+    gpuprov's)."""
+    data: dict[str, Any] = _compiled(path)["data"]
+    return data
+
+
+def _compiled(path: str | None = None) -> dict[str, Any]:
+    """{"data": load()'s mapping, "clauses": per build row, its torch specifier as [[operator,
+    release], ...], or None where only ``packaging`` can judge it}, cached."""
+    # A data directory of its own (GPU_COMPAT_DATA) may hold no horovod.yaml: then gpuprov's.
+    where = path or data_file("horovod.yaml")
+    return cached("horovod", [where], lambda: _compile(where), code=__file__)
+
+
+def _compile(path: str) -> dict[str, Any]:
+    from pathlib import Path
+
     import yaml
 
     from compat.model import CompatDataError
 
-    root = os.environ.get("GPU_COMPAT_DATA")
-    # A data directory of its own (GPU_COMPAT_DATA) may hold no horovod.yaml: then gpuprov's.
-    own = Path(root) / "horovod.yaml" if root else DATA_FILE
-    where = Path(path) if path else (own if own.exists() else DATA_FILE)
+    where = Path(path)
     try:
         doc = yaml.safe_load(where.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -38,15 +63,58 @@ def load(path: str | None = None) -> dict[str, Any]:
         missing = [k for k in ("horovod", "torch", "builds", "source") if row.get(k) in (None, "")]
         if missing:
             raise CompatDataError(f"{where}: builds[{i}] lacks {', '.join(missing)}")
-    return dict(data)
+    return {"data": dict(data), "clauses": [_clauses(str(r["torch"])) for r in data["builds"]]}
+
+
+def _release(text: str) -> VersionKey | None:
+    """``text`` as a plain release (digits and dots only), else None."""
+    parts = text.split(".")
+    return tuple(int(p) for p in parts) if all(p.isascii() and p.isdigit() for p in parts) else None
+
+
+def _clauses(spec: str) -> list[list[Any]] | None:
+    """A torch specifier as [[operator, release], ...] when every clause compares with a plain
+    release (what :func:`_compare` decides as ``packaging`` does), else None."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        specifiers = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return None  # status() raises it, as packaging does, when a row is looked at
+    out: list[list[Any]] = []
+    for s in specifiers:
+        bound = _release(s.version)
+        if s.operator not in _OPERATORS or bound is None:
+            return None
+        out.append([s.operator, list(bound)])
+    return out
+
+
+def _compare(release: VersionKey, operator: str, bound: VersionKey) -> bool:
+    """``release OPERATOR bound`` for plain releases, zero-padded as ``packaging`` compares."""
+    n = max(len(release), len(bound))
+    a, b = release + (0,) * (n - len(release)), bound + (0,) * (n - len(bound))
+    c = (a > b) - (a < b)
+    return {"<": c < 0, "<=": c <= 0, ">": c > 0, ">=": c >= 0, "==": c == 0, "!=": c != 0}[
+        operator
+    ]
+
+
+def _matches(torch: str, spec: str, clauses: list[list[Any]] | None) -> bool:
+    """Whether torch version ``torch`` (no local part) is in ``spec``."""
+    release = _release(torch)
+    if release is not None and clauses is not None:
+        return all(_compare(release, op, tuple(bound)) for op, bound in clauses)
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    return Version(torch) in SpecifierSet(spec)
 
 
 def status(torch: str | None, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """{"horovod", "torch", "builds": True/False/None, "reason", "source", "supported_path"}."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    d = data or load()
+    compiled: dict[str, Any] = {"data": data, "clauses": None} if data else _compiled()
+    d: dict[str, Any] = compiled["data"]
     latest = str(d["latest"])
     out: dict[str, Any] = {
         "horovod": latest,
@@ -60,13 +128,18 @@ def status(torch: str | None, data: dict[str, Any] | None = None) -> dict[str, A
     if not torch:
         out["reason"] = "no torch version given"
         return out
-    try:
-        version = Version(str(torch).split("+")[0])
-    except InvalidVersion:
-        out["reason"] = f"not a torch version: {torch!r}"
-        return out
-    for row in d["builds"]:
-        if str(row["horovod"]) == latest and version in SpecifierSet(str(row["torch"])):
+    version = str(torch).split("+")[0]
+    if _release(version) is None:
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            Version(version)
+        except InvalidVersion:
+            out["reason"] = f"not a torch version: {torch!r}"
+            return out
+    clauses = compiled["clauses"] or [None] * len(d["builds"])
+    for row, spec in zip(d["builds"], clauses, strict=True):
+        if str(row["horovod"]) == latest and _matches(version, str(row["torch"]), spec):
             out["builds"] = bool(row["builds"])
             out["source"] = " ".join(str(row["source"]).split())
             how = row.get("confidence", "sourced")
@@ -90,16 +163,17 @@ def note(torch: str | None) -> str:
     )
 
 
-_MENTION = re.compile(r"horovod", re.IGNORECASE)
-_TORCH = re.compile(r"torch[ =_-]*v?(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+_TORCH = r"torch[ =_-]*v?(\d+\.\d+(?:\.\d+)?)"
 
 
 def explain(text: str, torch: str | None = None) -> dict[str, Any] | None:
     """An explain answer for a text that mentions Horovod, else None."""
-    if not _MENTION.search(text):
+    import re
+
+    if not re.search("horovod", text, re.IGNORECASE):
         return None
     if torch is None:
-        m = _TORCH.search(text)
+        m = re.search(_TORCH, text, re.IGNORECASE)
         torch = m.group(1) if m else None
     s = status(torch) if torch else status(None)
     cause = (

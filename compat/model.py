@@ -27,18 +27,26 @@ class CompatDataError(CompatError):
     """The matrix data is malformed or unreadable."""
 
 
+_VERSIONS: dict[str, VersionKey] = {}
+
+
 def version_key(text: str, what: str = "version") -> VersionKey:
-    """Parse a plain numeric version such as ``"470.223.02"`` or ``"11.8"``.
+    """Parse a plain numeric version such as ``"470.223.02"`` or ``"11.8"`` (memoised: the
+    matrix repeats a few dozen versions hundreds of times, and a resolve loads it all).
 
     >>> version_key("520.61.05")
     (520, 61, 5)
     """
+    key = _VERSIONS.get(text)
+    if key is not None:
+        return key
     parts = text.strip().split(".")
-    if not text.strip() or not all(p.isdigit() for p in parts):
+    if not text.strip() or not all(map(str.isdigit, parts)):
         raise CompatError(
             f"malformed {what} {text!r}: expected dotted numbers such as 535.183.01 or 12.6"
         )
-    return tuple(int(p) for p in parts)
+    key = _VERSIONS[text] = tuple(map(int, parts))
+    return key
 
 
 def cmp_key(key: VersionKey, width: int = 4) -> VersionKey:
@@ -82,9 +90,15 @@ class ComputeCapability(tuple[int, int]):
         return f"{self.sm} ({self.text})"
 
 
+_CCS: dict[str, ComputeCapability] = {}
+
+
 def cc_key(text: str) -> ComputeCapability:
-    """Parse a compute capability ``"8.6"`` into ``(8, 6)``."""
-    return ComputeCapability.parse(text)
+    """Parse a compute capability ``"8.6"`` into ``(8, 6)`` (memoised as :func:`version_key`)."""
+    cc = _CCS.get(text)
+    if cc is None:
+        cc = _CCS[text] = ComputeCapability.parse(text)
+    return cc
 
 
 def cc_str(cc: CC) -> str:

@@ -34,7 +34,7 @@ def test_cache_is_written_then_used(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     doc = marshal.loads(caches[0].read_bytes())  # noqa: S302 - the cache this test made
     assert doc["format"] == compat.data.CACHE_FORMAT
     # A cache hit returns the cached tables, not a re-parse: prove it by editing the cache.
-    doc["tables"]["gpus"][0]["name"] = "edited in cache"
+    doc["value"]["gpus"][0]["name"] = "edited in cache"
     caches[0].write_bytes(marshal.dumps(doc))
     again = compat.data.load_raw()
     assert again["gpus"][0]["name"] == "edited in cache"
