@@ -29,6 +29,17 @@ description:
     the role before dpkg starts.
   - Every fetch error names the URL, the inventory variable that sets it (from O(sources))
     and what to check (proxy, CA bundle, mirror).
+  - Every apt failure quotes apt's own cause lines (all C(E:) lines, and the C(W:) lines that
+    report a failed fetch, signature or source entry; never apt's notes such as a target
+    "configured multiple times") and explains the cause it names. A Release that is "not
+    valid yet" or "expired" names the host's clock (UTC) and the Release's C(Date) and
+    C(Valid-Until) (read from apt's lists), and says to fix time synchronisation first. A
+    signature apt cannot verify (C(NO_PUBKEY), C(EXPKEYSIG)) names the key id, the source's
+    C(Signed-By) keyring and, for a keyring the role writes (O(keyrings)), the variable of
+    the key URL. "Conflicting values set for option Signed-By" names every file and line
+    that defines the repository (C(/etc/apt/sources.list), C(sources.list.d/*.list) and
+    C(*.sources)). The same facts are returned as fields (RV(failed_sources),
+    RV(missing_keys), RV(conflicts)) for the role to act on.
 version_added: "0.2.0"
 author: gpuprov contributors
 options:
@@ -60,6 +71,15 @@ options:
         (for example C(nvidia_container_toolkit_apt_repo_url)).
     type: dict
     default: {}
+  keyrings:
+    description:
+      - Inventory variable name of a key URL -> the keyring file the role writes from it
+        (for example C(nvidia_container_toolkit_apt_gpg_key_url) ->
+        C(/etc/apt/keyrings/nvidia-container-toolkit.asc)). A C(.asc) and a C(.gpg) file of
+        the same name match either way (deb822_repository picks the suffix from the key).
+      - Marks RV(missing_keys) entries as the role's own (C(managed)), with that variable.
+    type: dict
+    default: {}
   lock_timeout:
     description: Seconds to wait for a dpkg or apt lock held by another process.
     type: int
@@ -81,6 +101,18 @@ EXAMPLES = r"""
     download: true
     sources:
       nvidia_container_toolkit_apt_repo_url: "{{ nvidia_container_toolkit_apt_repo_url }}"
+      nvidia_container_toolkit_apt_gpg_key_url: "{{ nvidia_container_toolkit_apt_gpg_key_url }}"
+    keyrings:
+      nvidia_container_toolkit_apt_gpg_key_url: /etc/apt/keyrings/nvidia-container-toolkit.asc
+
+- name: Find other definitions of the repository before writing ours (changes nothing)
+  apt_ready:
+    repair: false
+    update: never
+    sources:
+      nvidia_container_toolkit_apt_repo_url: "{{ nvidia_container_toolkit_apt_repo_url }}"
+  register: __found
+# __found.source_definitions.nvidia_container_toolkit_apt_repo_url: [{file, line, ...}, ...]
 """
 
 RETURN = r"""
@@ -106,13 +138,53 @@ update_reason:
   description: Why the lists were (or were not) refreshed.
   type: str
   returned: always
+source_definitions:
+  description:
+    - For each variable in O(sources) with a URL, every enabled definition of that URL in
+      C(/etc/apt) (C($(ARCH)) matches any architecture, a trailing C(/) is ignored).
+    - Each is C(file), C(line) (a deb822 stanza's first line), C(types), C(uri), C(suites),
+      C(signed_by) (C("") when none).
+  type: dict
+  returned: always
+apt_errors:
+  description: apt's own cause lines of a failed run (all C(E:) lines, the failure C(W:) lines).
+  type: list
+  elements: str
+  returned: always (empty unless apt failed)
+failed_sources:
+  description:
+    - One entry per cause, with C(url), C(kind) (C(fetch), C(not_valid_yet), C(expired),
+      C(signature), C(conflict)), C(reason) and C(variable) (from O(sources), or null).
+    - Clock entries add C(host_time), C(release_date) and C(release_valid_until) (UTC, or null).
+  type: list
+  elements: dict
+  returned: always (empty unless apt failed)
+missing_keys:
+  description:
+    - Signatures apt could not verify, with C(key) (the id apt names), C(status)
+      (C(NO_PUBKEY), C(EXPKEYSIG), ...), C(who), C(url), C(variable), C(keyrings) (the
+      source's C(Signed-By) values), C(managed) (a keyring from O(keyrings)),
+      C(key_variable) and C(key_url) (when managed, else null) and C(definitions).
+  type: list
+  elements: dict
+  returned: always (empty unless apt failed)
+conflicts:
+  description:
+    - apt's "Conflicting values set for option" errors, with C(option), C(uri), C(suite),
+      C(values), C(variable) and C(definitions) (every file and line defining C(uri)).
+  type: list
+  elements: dict
+  returned: always (empty unless apt failed)
 """
 
 import contextlib
+import dataclasses
+import email.utils
 import hashlib
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,6 +193,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 DPKG_UPDATES = "/var/lib/dpkg/updates"
 APT_LISTS = "/var/lib/apt/lists"
+ETC_APT = "/etc/apt"
 # Files whose change makes the lists stale: the sources and the keys that sign them.
 SOURCE_GLOBS = (
     ("/etc/apt", "sources.list"),
@@ -166,7 +239,8 @@ def fetch_errors(output: str) -> list[tuple[str, str]]:
     """(url, reason) of every fetch apt reported as failed.
 
     apt ends with `W:`/`E: Failed to fetch URL  REASON` lines (the full URL); without them,
-    the `Err:N BASE SUITE` lines and their indented reason line are used.
+    the `Err:N BASE SUITE` lines and their indented reason line are used. A signature apt
+    could not verify is listed as `Err:` too, but it was fetched: signature_errors has it.
     """
     final: dict[str, str] = {}
     progress: dict[str, str] = {}
@@ -177,10 +251,14 @@ def fetch_errors(output: str) -> list[tuple[str, str]]:
             continue
         url = match.group("url")
         if line.startswith(("E:", "W:")):
-            final.setdefault(url, (match.group("rest") or "").strip())
+            reason = (match.group("rest") or "").strip()
+            if not signature_reason(reason):
+                final.setdefault(url, reason)
         else:
             nxt = _REASON_RE.match(lines[i + 1]) if i + 1 < len(lines) else None
-            progress.setdefault(url, nxt.group("reason").strip() if nxt else "")
+            reason = nxt.group("reason").strip() if nxt else ""
+            if not signature_reason(reason):
+                progress.setdefault(url, reason)
     return list((final or progress).items())
 
 
@@ -275,6 +353,453 @@ def space_error(output: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------
+# why apt failed, in apt's own words (pure; tests/unit/test_apt_ready*.py feed them the text
+# apt 2.6 prints, and run a real apt-get against throwaway repositories)
+
+# W: lines that report a failure; apt's other W: lines are notes (a target "configured
+# multiple times", a skipped architecture, a legacy keyring) and never the cause.
+_CAUSE_WARNINGS = (
+    "Failed to fetch",
+    "GPG error",
+    "is not signed",
+    "Conflicting values",
+    "Malformed",
+    "Release file",
+)
+_KEY_STATUS_RE = re.compile(r"\b(NO_PUBKEY|EXPKEYSIG|KEYEXPIRED|REVKEYSIG|BADSIG|EXPSIG|ERRSIG)\b")
+
+
+def cause_lines(output: str) -> list[str]:
+    """apt's lines that say what failed, in order, once each: every `E:` line, and the `W:`
+    lines that report a failed fetch, signature or source line (never the last line as such)."""
+    found: list[str] = []
+    for raw in output.splitlines():
+        line = raw.strip()
+        cause = line.startswith("E: ") or (
+            line.startswith("W: ") and any(m in line for m in _CAUSE_WARNINGS)
+        )
+        if cause and line not in found:
+            found.append(line)
+    return found
+
+
+def signature_reason(reason: str) -> bool:
+    """Whether a fetch "reason" is really a signature check (apt lists those as Err: too)."""
+    return bool(_KEY_STATUS_RE.search(reason)) or "signatures" in reason
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockError:
+    """A Release file apt refused because of its dates: "not valid yet" or "expired"."""
+
+    url: str
+    kind: str
+    span: str  # apt's remaining or elapsed time, e.g. "729d 23h 59min 49s"
+
+
+_CLOCK_RE = re.compile(
+    r"Release file for (?P<url>\S+) is (?:not valid yet \(invalid for another (?P<ahead>[^)]*)\)"
+    r"|expired \(invalid since (?P<since>[^)]*)\))"
+)
+
+
+def clock_errors(output: str) -> list[ClockError]:
+    """Release files that are "not valid yet" (dated in the future) or "expired"."""
+    found: list[ClockError] = []
+    for match in _CLOCK_RE.finditer(output):
+        kind = "not valid yet" if match.group("ahead") is not None else "expired"
+        error = ClockError(match.group("url"), kind, match.group("ahead") or match.group("since"))
+        if error not in found:
+            found.append(error)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureError:
+    """A repository whose Release signature apt could not accept, and the key it names."""
+
+    url: str  # the repository's URI, as apt names it
+    status: str  # gpgv's status: NO_PUBKEY, EXPKEYSIG, ...
+    key: str  # the key id apt names
+    who: str = ""  # the key's user id, when apt names it
+
+
+_GPG_ERROR_RE = re.compile(
+    r"GPG error: (?P<repo>.+?): The following signatures [^:]*: (?P<keys>.*)$", re.MULTILINE
+)
+
+
+def signature_errors(output: str) -> list[SignatureError]:
+    """apt's `GPG error` lines: each key apt names, with its status (NO_PUBKEY, EXPKEYSIG...)."""
+    found: list[SignatureError] = []
+    for match in _GPG_ERROR_RE.finditer(output):
+        url = match.group("repo").split()[0]
+        parts = _KEY_STATUS_RE.split(match.group("keys"))
+        for i in range(1, len(parts) - 1, 2):
+            status, words = parts[i], parts[i + 1].split()
+            error = SignatureError(url, status, words[0] if words else "", " ".join(words[1:]))
+            if error not in found:
+                found.append(error)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Conflict:
+    """apt refused to read its sources: one repository defined with different option values."""
+
+    option: str
+    uri: str
+    suite: str
+    values: tuple[str, ...]
+
+
+_CONFLICT_RE = re.compile(
+    r"Conflicting values set for option (?P<option>\S+) regarding source (?P<uri>\S+) "
+    r"(?P<suite>\S+): (?P<first>.*?) != (?P<second>.*?)\s*$",
+    re.MULTILINE,
+)
+
+
+def conflicts(output: str) -> list[Conflict]:
+    """apt's "Conflicting values set for option Signed-By regarding source URI SUITE: A != B"."""
+    found: list[Conflict] = []
+    for m in _CONFLICT_RE.finditer(output):
+        conflict = Conflict(
+            m.group("option"), m.group("uri"), m.group("suite"), (m["first"], m["second"])
+        )
+        if conflict not in found:
+            found.append(conflict)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceDefinition:
+    """One enabled apt source entry: where it is written and what it says."""
+
+    file: str
+    line: int  # the line of a one-line entry, the first line of a deb822 stanza
+    types: tuple[str, ...]
+    uri: str
+    suites: tuple[str, ...]
+    signed_by: str  # "" when the entry has none
+
+    def describe(self) -> str:
+        key = f"Signed-By {self.signed_by}" if self.signed_by else "no Signed-By"
+        return f"{self.file}:{self.line} ({key})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "types": list(self.types),
+            "uri": self.uri,
+            "suites": list(self.suites),
+            "signed_by": self.signed_by,
+        }
+
+
+_ONE_LINE_RE = re.compile(r"^(?P<type>deb(?:-src)?)\s+(?:\[(?P<opts>[^\]]*)\]\s*)?(?P<rest>.*)$")
+
+
+def parse_one_line(text: str, file: str) -> list[SourceDefinition]:
+    """Entries of a one-line-style file (sources.list, *.list): `deb [opts] URI SUITE [COMP...]`."""
+    found: list[SourceDefinition] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        match = _ONE_LINE_RE.match(raw.split("#", 1)[0].strip())
+        if not match:
+            continue
+        words = match.group("rest").split()
+        if len(words) < 2:
+            continue
+        options = dict(
+            (key.strip().lower(), value.strip())
+            for key, sep, value in (o.partition("=") for o in (match.group("opts") or "").split())
+            if sep
+        )
+        found.append(
+            SourceDefinition(
+                file,
+                number,
+                (match.group("type"),),
+                words[0],
+                (words[1],),
+                options.get("signed-by", ""),
+            )
+        )
+    return found
+
+
+def _signed_by(value: str) -> str:
+    if "BEGIN PGP PUBLIC KEY BLOCK" in value:
+        return "(a key embedded in the file)"
+    return " ".join(value.split())
+
+
+def parse_deb822(text: str, file: str) -> list[SourceDefinition]:
+    """Entries of a deb822 file (*.sources), one per URI of each enabled stanza."""
+    found: list[SourceDefinition] = []
+    stanza: dict[str, str] = {}
+    start = 0
+    last = ""
+
+    def flush() -> None:
+        if not stanza or stanza.get("enabled", "yes").strip().lower() == "no":
+            return
+        for uri in stanza.get("uris", "").split():
+            found.append(
+                SourceDefinition(
+                    file,
+                    start,
+                    tuple(stanza.get("types", "").split()),
+                    uri,
+                    tuple(stanza.get("suites", "").split()),
+                    _signed_by(stanza.get("signed-by", "")),
+                )
+            )
+
+    for number, raw in enumerate([*text.splitlines(), ""], 1):
+        if raw.startswith("#"):
+            continue
+        if not raw.strip():
+            flush()
+            stanza, last = {}, ""
+        elif raw[0] in " \t":
+            if last:
+                stanza[last] += "\n" + raw.strip()
+        else:
+            key, sep, value = raw.partition(":")
+            if sep:
+                if not stanza:
+                    start = number
+                last = key.strip().lower()
+                stanza[last] = value.strip()
+    return found
+
+
+def parse_sources(files: Iterable[tuple[str, str]]) -> list[SourceDefinition]:
+    """Every entry of (path, text) pairs, each file by its format (`.sources`: deb822)."""
+    found: list[SourceDefinition] = []
+    for path, text in files:
+        parse = parse_deb822 if path.endswith(".sources") else parse_one_line
+        found += parse(text, path)
+    return found
+
+
+def same_uri(a: str, b: str) -> bool:
+    """Whether two source URIs name one repository: a trailing "/" aside, and apt's
+    `$(ARCH)` matching any one path segment (a role's variable against apt's message)."""
+
+    def plain(uri: str) -> str:
+        return uri.strip().rstrip("/")
+
+    def pattern(uri: str) -> str:
+        return re.escape(plain(uri)).replace(re.escape("$(ARCH)"), "[^/]+")
+
+    return bool(re.fullmatch(pattern(a), plain(b)) or re.fullmatch(pattern(b), plain(a)))
+
+
+def read_sources(etc_apt: str = "/etc/apt") -> list[tuple[str, str]]:
+    """(path, text) of the files apt reads its sources from, in apt's order: sources.list,
+    then sources.list.d's *.list and *.sources by name. Unreadable files are left out."""
+    base = Path(etc_apt)
+    paths = [base / "sources.list"]
+    parts = base / "sources.list.d"
+    if parts.is_dir():
+        paths += sorted(
+            (p for p in parts.iterdir() if p.suffix in (".list", ".sources")), key=lambda p: p.name
+        )
+    files: list[tuple[str, str]] = []
+    for path in paths:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            files.append((str(path), path.read_text(encoding="utf-8")))
+    return files
+
+
+def find_definitions(uri: str, etc_apt: str = "/etc/apt") -> list[SourceDefinition]:
+    """Every enabled definition of `uri` (one-line and deb822) under `etc_apt`.
+
+    For apt's "Conflicting values" errors (which name no file), and for a role's preflight
+    that must find a repository someone else already defined before it writes its own.
+    """
+    return [d for d in parse_sources(read_sources(etc_apt)) if same_uri(d.uri, uri)]
+
+
+_APT_QUOTED = frozenset('\\|{}[]<>"^~_=!@#$%^&*')
+
+
+def list_file_name(url: str) -> str:
+    """The name apt gives a downloaded index in its lists directory (apt's URItoFileName):
+    the URL without its scheme, user and password, odd bytes %-quoted, "/" turned into "_"."""
+    parts = urllib.parse.urlsplit(url)
+    text = parts.netloc.rpartition("@")[2] + parts.path
+    quoted = "".join(
+        f"%{byte:02x}" if byte <= 0x20 or byte >= 0x7F or chr(byte) in _APT_QUOTED else chr(byte)
+        for byte in text.encode("utf-8")
+    )
+    return quoted.replace("/", "_")
+
+
+def release_fields(text: str) -> dict[str, str]:
+    """The fields (Date, Valid-Until, ...) of a Release or clearsigned InRelease file."""
+    lines = text.splitlines()
+    if lines and lines[0].startswith("-----BEGIN PGP SIGNED MESSAGE"):
+        blank = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+        lines = lines[blank + 1 :]
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("-----BEGIN PGP SIGNATURE") or not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        if sep and line[:1] not in " \t":
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def utc(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+def release_time(value: str) -> str:
+    """A Release `Date`/`Valid-Until` (RFC 2822) in UTC; as written when it does not parse."""
+    parsed = email.utils.parsedate_tz(value)
+    return utc(email.utils.mktime_tz(parsed)) if parsed else value
+
+
+def _origin(url: str, sources: Mapping[str, str]) -> str:
+    var = variable_for(url, sources)
+    return f"set by {var}" if var else "from the host's own apt sources (/etc/apt/sources.list*)"
+
+
+def explain_clock(
+    error: ClockError, now: float, release: Mapping[str, str], sources: Mapping[str, str]
+) -> str:
+    """One message for a Release refused for its dates: the host's clock, the Release's."""
+    dates = [f"{f} {release_time(release[f])}" for f in ("Date", "Valid-Until") if release.get(f)]
+    dated = f" (its {', '.join(dates)})" if dates else ""
+    clock = f"the host's clock says {utc(now)}"
+    sync = (
+        "fix the host's time synchronisation first (`timedatectl`; systemd-timesyncd or "
+        "chrony with a reachable NTP server)"
+    )
+    if error.kind == "not valid yet":
+        return (
+            f"the Release file {error.url} is not valid yet for another {error.span}"
+            f"{dated} and {clock}: the host's clock is behind (or the mirror's ahead). "
+            f"{sync[0].upper()}{sync[1:]}, then re-run; another mirror or proxy will not help. "
+            "That URL is "
+            f"{_origin(error.url, sources)}."
+        )
+    return (
+        f"the Release file {error.url} expired {error.span} ago{dated} and {clock}: if that "
+        f"clock is ahead, {sync}; if it is right, the mirror stopped updating (a stale mirror "
+        f"or snapshot). That URL is {_origin(error.url, sources)}."
+    )
+
+
+def _keyring_stem(path: str) -> str:
+    # deb822_repository names the key file .asc or .gpg after its armour: either matches.
+    return path[:-4] if path.endswith((".asc", ".gpg")) else path
+
+
+def explain_signature(
+    error: SignatureError,
+    definitions: Sequence[SourceDefinition],
+    sources: Mapping[str, str],
+    keyrings: Mapping[str, str],
+) -> tuple[str, dict[str, Any]]:
+    """One message for a Release apt cannot verify, and the fields a role can act on: the
+    key, the keyrings the source names (Signed-By) and, for a keyring the role writes
+    (`keyrings`: key URL variable -> path), that variable and its URL."""
+    rings = list(dict.fromkeys(d.signed_by for d in definitions if d.signed_by))
+    managed = [
+        (ring, var)
+        for ring in rings
+        for var, path in keyrings.items()
+        if path and _keyring_stem(ring) == _keyring_stem(str(path))
+    ]
+    key_var = managed[0][1] if managed else None
+    key_url = str(sources.get(key_var, "")) if key_var else ""
+    repo = f"{error.url} ({_origin(error.url, sources)})"
+    held = (
+        f"its Signed-By keyring {' and '.join(rings)}"
+        if rings
+        else "the keys apt trusts for it (no Signed-By: /etc/apt/trusted.gpg.d)"
+    )
+    who = f" ({error.who})" if error.who else ""
+    if error.status == "NO_PUBKEY":
+        text = (
+            f"the Release of {repo} is signed by key {error.key}{who}, which {held} does not "
+            "hold (NO_PUBKEY): the repository's signing key changed (rotated), or the keyring "
+            "holds another key."
+        )
+    elif error.status in ("EXPKEYSIG", "KEYEXPIRED", "EXPSIG"):
+        text = (
+            f"the Release of {repo} is signed by key {error.key}{who}, whose copy in {held} "
+            f"has expired ({error.status}): the keyring holds an old copy of the key (a "
+            "renewed key keeps its id)."
+        )
+    elif error.status == "REVKEYSIG":
+        text = (
+            f"the Release of {repo} is signed by key {error.key}{who}, which {held} marks as "
+            "revoked (REVKEYSIG): the repository must be re-signed with its new key."
+        )
+    else:
+        text = (
+            f"the signature of the Release of {repo} by key {error.key}{who} does not verify "
+            f"({error.status}): the file was changed on the way (a proxy) or the mirror is "
+            "half-synced; check the mirror and the proxy."
+        )
+    if managed:
+        text += (
+            f" {managed[0][0]} is the role's copy of the key at {key_url or key_var} (set by "
+            f"{key_var}): fetch it again from there (the role's repository step does) and "
+            "check that this URL serves the key that signs the repository now."
+        )
+    elif rings:
+        where = ", ".join(f"{d.file}:{d.line}" for d in definitions)
+        text += (
+            f" gpuprov does not write {' or '.join(rings)} (the source is defined at {where}): "
+            "install the repository owner's current key there."
+        )
+    info = {
+        "key": error.key,
+        "status": error.status,
+        "who": error.who,
+        "url": error.url,
+        "variable": variable_for(error.url, sources),
+        "keyrings": rings,
+        "managed": bool(managed),
+        "key_variable": key_var,
+        "key_url": key_url or None,
+        "definitions": [d.as_dict() for d in definitions],
+    }
+    return text, info
+
+
+def explain_conflict(
+    conflict: Conflict, definitions: Sequence[SourceDefinition], sources: Mapping[str, str]
+) -> str:
+    """One message for apt's "Conflicting values set for option": every file defining the URI."""
+    values = " != ".join(v or "(none)" for v in conflict.values)
+    head = (
+        f"apt cannot read its sources: {conflict.uri} (suite {conflict.suite}) is defined "
+        f"with different {conflict.option} ({values})"
+    )
+    if definitions:
+        head += f" in {len(definitions)} places: " + "; ".join(d.describe() for d in definitions)
+    else:
+        head += (
+            " in files gpuprov could not find (it read /etc/apt/sources.list, "
+            "sources.list.d/*.list and *.sources)"
+        )
+    return (
+        f"{head}. That URI is {_origin(conflict.uri, sources)}. Keep one definition (remove or "
+        f"disable the others, e.g. a file a vendor's install guide added) or give them the "
+        f"same {conflict.option}; until then every apt command on this host fails."
+    )
+
+
+# ---------------------------------------------------------------------------
 # the module
 
 
@@ -285,7 +810,9 @@ class AptReady:
         self.run = run or self._run
         self.dpkg_updates = DPKG_UPDATES
         self.apt_lists = APT_LISTS
+        self.etc_apt = ETC_APT
         self.source_globs = SOURCE_GLOBS
+        self.now: Callable[[], float] = time.time
         self.result: dict[str, Any] = {
             "changed": False,
             "repaired": False,
@@ -293,6 +820,11 @@ class AptReady:
             "held": [],
             "updated": False,
             "update_reason": "",
+            "source_definitions": {},
+            "apt_errors": [],
+            "failed_sources": [],
+            "missing_keys": [],
+            "conflicts": [],
         }
 
     def _run(self, argv: Sequence[str]) -> tuple[int, str, str]:
@@ -312,6 +844,101 @@ class AptReady:
 
     def fail(self, msg: str, **extra: Any) -> None:
         self.module.fail_json(msg=msg, **{**self.result, **extra})
+
+    # -- why apt failed --------------------------------------------------
+
+    def release_of(self, url: str) -> dict[str, str]:
+        """The fields of the Release file apt fetched from `url` (a refused one stays in
+        lists/partial), {} when it is not there."""
+        name = list_file_name(url)
+        for directory in (Path(self.apt_lists) / "partial", Path(self.apt_lists)):
+            with contextlib.suppress(OSError):
+                return release_fields((directory / name).read_text(errors="replace"))
+        return {}
+
+    def explain(self, output: str, rc: int) -> tuple[str, dict[str, Any]]:
+        """Why an apt run failed: one sentence per cause, then apt's own cause lines
+        (cause_lines), and the same as fields a role can act on."""
+        sources: Mapping[str, str] = self.params["sources"]
+        parts: list[str] = []
+        failed: list[dict[str, Any]] = []
+        missing: list[dict[str, Any]] = []
+        clashes: list[dict[str, Any]] = []
+        fetches = fetch_errors(output)
+        for url, reason in fetches:
+            parts.append(explain_fetch(url, reason, sources))
+            failed.append(
+                {
+                    "url": url,
+                    "kind": "fetch",
+                    "reason": reason,
+                    "variable": variable_for(url, sources),
+                }
+            )
+        for clock in clock_errors(output):
+            release = self.release_of(clock.url)
+            parts.append(explain_clock(clock, self.now(), release, sources))
+            failed.append(
+                {
+                    "url": clock.url,
+                    "kind": clock.kind.replace(" ", "_"),
+                    "reason": clock.span,
+                    "variable": variable_for(clock.url, sources),
+                    "host_time": utc(self.now()),
+                    "release_date": release_time(release["Date"]) if "Date" in release else None,
+                    "release_valid_until": (
+                        release_time(release["Valid-Until"]) if "Valid-Until" in release else None
+                    ),
+                }
+            )
+        for signature in signature_errors(output):
+            definitions = find_definitions(signature.url, self.etc_apt)
+            text, info = explain_signature(signature, definitions, sources, self.params["keyrings"])
+            if text not in parts:
+                parts.append(text)
+            missing.append(info)
+            failed.append(
+                {
+                    "url": signature.url,
+                    "kind": "signature",
+                    "reason": f"{signature.status} {signature.key}",
+                    "variable": info["variable"],
+                }
+            )
+        for conflict in conflicts(output):
+            definitions = find_definitions(conflict.uri, self.etc_apt)
+            parts.append(explain_conflict(conflict, definitions, sources))
+            clashes.append(
+                {
+                    "option": conflict.option,
+                    "uri": conflict.uri,
+                    "suite": conflict.suite,
+                    "values": list(conflict.values),
+                    "variable": variable_for(conflict.uri, sources),
+                    "definitions": [d.as_dict() for d in definitions],
+                }
+            )
+            failed.append(
+                {
+                    "url": conflict.uri,
+                    "kind": "conflict",
+                    "reason": f"{conflict.option}: {' != '.join(conflict.values)}",
+                    "variable": variable_for(conflict.uri, sources),
+                }
+            )
+        quoted = cause_lines(output)
+        if quoted:
+            parts.append("apt said: " + " ".join(f"[{line}]" for line in quoted))
+        elif not parts:
+            parts.append(f"apt exited with {rc} and printed no E: line (see stdout and stderr).")
+        fields = {
+            "apt_errors": quoted,
+            "failed_sources": failed,
+            "missing_keys": missing,
+            "conflicts": clashes,
+            "fetch_errors": [{"url": u, "reason": r} for u, r in fetches],
+        }
+        return " ".join(parts), fields
 
     # -- repair ----------------------------------------------------------
 
@@ -436,18 +1063,15 @@ class AptReady:
         rc, out, err = self.run_locked(
             ["apt-get", "update", "-o", "APT::Update::Error-Mode=any", "-o", "Acquire::Retries=1"]
         )
-        errors = fetch_errors(out + "\n" + err)
-        if rc != 0 or errors:
-            lines = [explain_fetch(u, r, self.params["sources"]) for u, r in errors]
-            detail = (
-                " ".join(lines) if lines else (err.strip().splitlines() or ["no reason given"])[-1]
-            )
+        output = out + "\n" + err
+        if rc != 0 or fetch_errors(output) or clock_errors(output) or signature_errors(output):
+            detail, fields = self.explain(output, rc)
             self.fail(
                 f"apt-get update failed ({reason}): {detail} "
                 "The package lists are not marked fresh, so the next run updates them again.",
                 stdout=out,
                 stderr=err,
-                fetch_errors=[{"url": u, "reason": r} for u, r in errors],
+                **fields,
             )
         stamp.parent.mkdir(parents=True, exist_ok=True)
         tmp = stamp.with_suffix(".tmp")
@@ -481,7 +1105,10 @@ class AptReady:
     # -- packages --------------------------------------------------------
 
     def missing(self, names: Sequence[str]) -> list[str]:
-        _, out, _ = self.run(["apt-cache", "policy", *names])
+        rc, out, err = self.run(["apt-cache", "policy", *names])
+        if rc != 0:
+            detail, fields = self.explain(out + "\n" + err, rc)
+            self.fail(f"apt-cache policy failed: {detail}", stdout=out, stderr=err, **fields)
         return no_candidate(out, names)
 
     def check_packages(self) -> None:
@@ -517,24 +1144,34 @@ class AptReady:
             )
             if rc != 0:
                 space = space_error(out + "\n" + err)
-                errors = fetch_errors(out + "\n" + err)
+                fields: dict[str, Any] = {}
                 if space:
                     detail = (
                         f"{space} Free space there (or point apt's cache elsewhere) and "
                         "re-run; nothing was installed."
                     )
-                elif errors:
-                    detail = " ".join(
-                        explain_fetch(u, r, self.params["sources"]) for u, r in errors
-                    )
-                    detail += " Nothing was installed."
                 else:
-                    detail = (err.strip().splitlines() or ["no reason given"])[-1]
+                    detail, fields = self.explain(out + "\n" + err, rc)
+                    detail += " Nothing was installed."
                 self.fail(
-                    f"Downloading {', '.join(specs)} failed: {detail}", stdout=out, stderr=err
+                    f"Downloading {', '.join(specs)} failed: {detail}",
+                    stdout=out,
+                    stderr=err,
+                    **fields,
                 )
 
+    def definitions(self) -> dict[str, list[dict[str, Any]]]:
+        """Every definition in /etc/apt of each URL in `sources` (for a role's preflight: a
+        repository someone else defined already)."""
+        files = parse_sources(read_sources(self.etc_apt))
+        return {
+            var: [d.as_dict() for d in files if same_uri(d.uri, str(url))]
+            for var, url in self.params["sources"].items()
+            if url
+        }
+
     def main(self) -> dict[str, Any]:
+        self.result["source_definitions"] = self.definitions()
         if self.params["repair"]:
             self.repair()
         self.refresh()
@@ -552,6 +1189,7 @@ def build_module() -> AnsibleModule:
             "packages": {"type": "list", "elements": "str", "default": []},
             "download": {"type": "bool", "default": False},
             "sources": {"type": "dict", "default": {}},
+            "keyrings": {"type": "dict", "default": {}},
             "lock_timeout": {"type": "int", "default": 300},
             "stamp": {"type": "path", "default": "/var/lib/gpuprov/apt-lists.json"},
         },

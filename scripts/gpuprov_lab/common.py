@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -61,6 +62,48 @@ NO_ENGINE = (
     "lab.py: no Docker engine reachable: `make prereqs` installs and starts one (Debian, "
     "root), or: apt-get install docker.io && dockerd &"
 )
+
+
+# Environment variables that choose Ansible's configuration, vault secrets, inventory or
+# content. The lab brings its own (the repository's ansible.cfg and its paths, the lab's
+# .lab/NAME/vault-password, its hosts.yml given with -i), so an operator's exported values
+# never reach the Ansible programs the lab runs. Kept, they conflict: an
+# ANSIBLE_VAULT_PASSWORD_FILE next to the lab's --vault-password-file gives ansible-vault
+# two "default" vault ids and `encrypt` stops (exit 5); it also cannot open the lab's vault,
+# and a file that is missing here stops every run. Another ANSIBLE_CONFIG may name a vault
+# password file, an inventory or other roles and plugins; *_PATH-style variables override
+# ansible.cfg's paths, so the lab would run other roles than this checkout's.
+OPERATOR_ANSIBLE_ENV = (
+    "ANSIBLE_CONFIG",
+    "ANSIBLE_INVENTORY",
+    "ANSIBLE_VAULT_PASSWORD_FILE",
+    "ANSIBLE_VAULT_IDENTITY_LIST",
+    "ANSIBLE_VAULT_IDENTITY",
+    "ANSIBLE_VAULT_ENCRYPT_IDENTITY",
+    "ANSIBLE_VAULT_ID_MATCH",
+    "ANSIBLE_ASK_VAULT_PASS",
+    "ANSIBLE_ROLES_PATH",
+    "ANSIBLE_COLLECTIONS_PATH",
+    "ANSIBLE_COLLECTIONS_PATHS",
+    "ANSIBLE_LIBRARY",
+    "ANSIBLE_ACTION_PLUGINS",
+    "ANSIBLE_FILTER_PLUGINS",
+    "ANSIBLE_MODULE_UTILS",
+)
+
+
+def lab_tool_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of an Ansible program the lab runs (ansible-playbook, ansible-vault):
+    `base` (default: this process's environment) without OPERATOR_ANSIBLE_ENV, with the
+    repository's ansible.cfg. Everything else in `base` is kept (e.g. a test's
+    ANSIBLE_STDOUT_CALLBACK)."""
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if k not in OPERATOR_ANSIBLE_ENV
+    }
+    env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    return env
 
 
 class LabError(Exception):

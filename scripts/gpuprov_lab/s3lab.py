@@ -34,6 +34,8 @@ from typing import Any, Protocol
 
 import yaml
 
+from gpuprov_lab.common import lab_tool_env
+
 MOTO_VERSION = "5.2.5"
 S3_PORT = 5000
 S3_LABEL = "gpuprov.lab.s3"
@@ -200,6 +202,7 @@ def read_vault(path: Path, password: Path) -> dict[str, Any]:
         capture_output=True,
         text=True,
         check=False,
+        env=lab_tool_env(),  # the lab's password only, whatever the operator's shell exports
     )
     if proc.returncode != 0:
         return {}
@@ -210,7 +213,7 @@ def read_vault(path: Path, password: Path) -> dict[str, Any]:
 def write_vault(path: Path, password: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    subprocess.run(
+    proc = subprocess.run(
         [
             _ansible_vault(),
             "encrypt",
@@ -223,8 +226,16 @@ def write_vault(path: Path, password: Path, data: dict[str, Any]) -> None:
         input="---\n" + yaml.safe_dump(data, sort_keys=True),
         text=True,
         capture_output=True,
-        check=True,
+        check=False,
+        env=lab_tool_env(),  # one vault id: an exported ANSIBLE_VAULT_PASSWORD_FILE made two
     )
+    if proc.returncode != 0:
+        said = [line for line in proc.stderr.splitlines() if "ERROR" in line] or [
+            (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        ]
+        raise S3LabError(
+            f"ansible-vault encrypt {path} failed (exit {proc.returncode}): {said[0].strip()}"
+        )
     tmp.chmod(0o600)
     tmp.replace(path)
 

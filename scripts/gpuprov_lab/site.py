@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import sys
@@ -11,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpuprov_lab.common import REPO, STATE_ROOT, LabError
+from gpuprov_lab.common import STATE_ROOT, LabError, lab_tool_env
 from gpuprov_lab.s3lab import VAULT_PASSWORD_NAME
 
 SLOW_TASK_S = 20.0  # a task that ran longer gets a progress line of its own
@@ -92,14 +91,17 @@ def vault_password_file(lab: str) -> Path:
 def ansible_env(lab: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment every Ansible run against a lab needs: the repository's ansible.cfg,
     the lab's own fact cache, and the lab's vault password (the S3 keys and the notebook
-    token in group_vars/all/vault) when the lab has one. What `base` (default: this
-    process's environment) already sets wins."""
-    env = dict(os.environ if base is None else base)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    token in group_vars/all/vault) when the lab has one.
+
+    `base` (default: this process's environment) is kept except the operator's own Ansible
+    configuration, vault and inventory settings (common.OPERATOR_ANSIBLE_ENV), which the
+    lab's replace; a fact cache that `base` names wins (the kernel tier keeps its own).
+    """
+    env = lab_tool_env(base)
     env.setdefault("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(fact_cache(lab)))
     password = vault_password_file(lab)
     if password.is_file():
-        env.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
+        env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(password)
     return env
 
 

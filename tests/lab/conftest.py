@@ -256,7 +256,8 @@ def lab() -> Iterator[Lab]:
         pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     vault_password = vault_password_file(name)
     if vault_password.exists():  # for the inventory reads below and in the test modules
-        os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(vault_password))
+        # Assigned, not setdefault: an operator's exported vault file cannot open the lab's.
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password)
     host_vars, groups = _read_inventory(inventory)
     try:
         yield Lab(name, inventory, host_vars, groups)

@@ -14,6 +14,7 @@ from typing import Any
 
 import apt_ready  # plugins/modules/apt_ready.py (on pytest's pythonpath)
 import pytest
+from apt_fakes import Failed, FakeModule, Script
 
 MIRROR = "http://172.18.0.2:8080/stable/deb/amd64"
 UPDATE_UNREACHABLE = f"""\
@@ -39,64 +40,14 @@ libnvidia-container1:
 """
 
 
-class _Failed(Exception):
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(result["msg"])
-        self.result = result
-
-
-class FakeModule:
-    """The slice of AnsibleModule that AptReady uses."""
-
-    def __init__(self, check_mode: bool = False, **params: Any) -> None:
-        self.params: dict[str, Any] = {
-            "repair": True,
-            "update": "auto",
-            "valid_time": 3600,
-            "packages": [],
-            "download": False,
-            "sources": {},
-            "lock_timeout": 0,
-            "stamp": "",
-            **params,
-        }
-        self.check_mode = check_mode
-        self.warnings: list[str] = []
-
-    def warn(self, msg: str) -> None:
-        self.warnings.append(msg)
-
-    def fail_json(self, **kwargs: Any) -> None:
-        raise _Failed(kwargs)
-
-
-class Script:
-    """A command runner that answers from a list of (argv prefix, rc, stdout) rules, in order."""
-
-    def __init__(self, rules: list[tuple[tuple[str, ...], int, str]]) -> None:
-        self.rules = rules
-        self.calls: list[tuple[str, ...]] = []
-
-    def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
-        self.calls.append(tuple(argv))
-        for i, (prefix, rc, out) in enumerate(self.rules):
-            if tuple(argv[: len(prefix)]) == prefix:
-                if len([r for r in self.rules if r[0] == prefix]) > 1:
-                    self.rules.pop(i)  # repeated rules answer in turn
-                return rc, out, ""
-        return 0, "", ""
-
-    def ran(self, *prefix: str) -> bool:
-        return any(c[: len(prefix)] == prefix for c in self.calls)
-
-
 def _ready(tmp_path: Path, module: FakeModule, script: Script) -> Any:
     module.params["stamp"] = module.params["stamp"] or str(tmp_path / "stamp.json")
     obj = apt_ready.AptReady(module, run=script)
     obj.dpkg_updates = str(tmp_path / "updates")
     obj.apt_lists = str(tmp_path / "lists")
     obj.source_globs = ((str(tmp_path / "sources"), "*"),)
-    for d in ("updates", "lists", "sources"):
+    obj.etc_apt = str(tmp_path / "etc")
+    for d in ("updates", "lists", "sources", "etc"):
         (tmp_path / d).mkdir(exist_ok=True)
     (tmp_path / "lists" / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages").touch()
     (tmp_path / "sources" / "debian.sources").write_text("Types: deb\n")
@@ -247,7 +198,7 @@ def test_repair_refuses_when_apt_would_remove_packages(tmp_path: Path) -> None:
             (("apt-get", "-s"), 0, "Remv docker.io [26.1]\n"),
         ]
     )
-    with pytest.raises(_Failed) as failed:
+    with pytest.raises(Failed) as failed:
         _ready(tmp_path, FakeModule(update="never"), script).main()
     assert "would remove docker.io" in failed.value.result["msg"]
     assert not script.ran("apt-get", "-y")
@@ -258,7 +209,7 @@ def test_failed_update_names_the_url_and_leaves_lists_stale(tmp_path: Path) -> N
     stamp.write_text(json.dumps({"digest": "old", "time": 0}))
     script = Script([(("apt-get", "update"), 100, UPDATE_UNREACHABLE)])
     module = FakeModule(stamp=str(stamp), sources={"nvidia_container_toolkit_apt_repo_url": MIRROR})
-    with pytest.raises(_Failed) as failed:
+    with pytest.raises(Failed) as failed:
         _ready(tmp_path, module, script).main()
     msg = failed.value.result["msg"]
     assert f"could not fetch {MIRROR}/InRelease" in msg
@@ -291,7 +242,7 @@ def test_missing_package_triggers_one_refresh_then_fails(tmp_path: Path) -> None
         packages=["libnvidia-container1=1.18.0-1"],
         sources={"nvidia_container_toolkit_apt_repo_url": MIRROR},
     )
-    with pytest.raises(_Failed) as failed:
+    with pytest.raises(Failed) as failed:
         _ready(tmp_path, module, script).main()
     updates = [c for c in script.calls if c[:2] == ("apt-get", "update")]
     assert len(updates) == 1
@@ -323,7 +274,7 @@ def test_download_error_names_full_disk(tmp_path: Path) -> None:
             ),
         ]
     )
-    with pytest.raises(_Failed) as failed:
+    with pytest.raises(Failed) as failed:
         _ready(tmp_path, FakeModule(packages=["x"], download=True), script).main()
     msg = failed.value.result["msg"]
     assert "enough free space in /var/cache/apt/archives/" in msg
@@ -364,6 +315,497 @@ def test_a_half_installed_package_is_reinstalled(tmp_path: Path) -> None:
 def test_a_package_that_stays_broken_is_named(tmp_path: Path) -> None:
     mess = "The following packages are in a mess due to serious problems during\n docker.io\n"
     script = Script([(("dpkg", "--audit"), 0, mess), (("dpkg-query", "-W"), 0, "iHR docker.io\n")])
-    with pytest.raises(_Failed) as failed:
+    with pytest.raises(Failed) as failed:
         _ready(tmp_path, FakeModule(update="never"), script).main()
     assert "Packages left half-installed: docker.io." in failed.value.result["msg"]
+
+
+# ---------------------------------------------------------------------------
+# apt errors that name their cause (issue 20). The texts are apt 2.6's (bookworm), as
+# tests/unit/test_apt_ready_real_apt.py sees them from a real apt-get; paths and URLs are
+# those of the hosts where the issue was seen.
+
+DEBIAN_INRELEASE = "http://deb.debian.org/debian/dists/bookworm/InRelease"
+NOT_VALID_YET = f"""\
+Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]
+Reading package lists...
+E: Release file for {DEBIAN_INRELEASE} is not valid yet (invalid for another 729d 23h 59min \
+49s). Updates for this repository will not be applied.
+W: Target Packages (contrib/binary-amd64/Packages) is configured multiple times in \
+/etc/apt/sources.list.d/debian.sources:1 and \
+/etc/apt/sources.list.d/gpuprov-debian-nonfree.sources:1
+W: Target Translations (contrib/i18n/Translation-en) is configured multiple times in \
+/etc/apt/sources.list.d/debian.sources:1 and \
+/etc/apt/sources.list.d/gpuprov-debian-nonfree.sources:1
+"""
+EXPIRED = (
+    f"E: Release file for {DEBIAN_INRELEASE} is expired (invalid since 20d 0h 0min 1s). "
+    "Updates for this repository will not be applied.\n"
+)
+NVIDIA = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
+NVIDIA_VAR = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
+OUR_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
+THEIR_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+NO_PUBKEY = f"""\
+Get:1 {NVIDIA}  InRelease [1477 B]
+Err:1 {NVIDIA}  InRelease
+  The following signatures couldn't be verified because the public key is not available: \
+NO_PUBKEY DDCAE044F796ECB0
+Reading package lists...
+W: GPG error: {NVIDIA}  InRelease: The following signatures couldn't be verified because the \
+public key is not available: NO_PUBKEY DDCAE044F796ECB0
+E: The repository '{NVIDIA}  InRelease' is not signed.
+"""
+EXPKEYSIG = (
+    f"W: GPG error: {NVIDIA}  InRelease: The following signatures were invalid: EXPKEYSIG "
+    "C2AC96DF4734880A key c <c@x.invalid>\n"
+    f"E: The repository '{NVIDIA}  InRelease' is not signed.\n"
+)
+SIGNED_BY_CONFLICT = f"""\
+E: Conflicting values set for option Signed-By regarding source {NVIDIA}/ /: \
+{OUR_KEYRING} != {THEIR_KEYRING}
+E: The list of sources could not be read.
+"""
+OUR_SOURCES = f"""\
+X-Repolib-Name: nvidia-container-toolkit
+Types: deb
+URIs: {NVIDIA_VAR}
+Suites: /
+Signed-By: {OUR_KEYRING}
+"""
+THEIR_LIST = f"deb [signed-by={THEIR_KEYRING}] {NVIDIA_VAR} /\n"
+TOOLKIT_SOURCES = {
+    "nvidia_container_toolkit_apt_repo_url": NVIDIA_VAR,
+    "nvidia_container_toolkit_apt_gpg_key_url": NVIDIA_KEY_URL,
+}
+TOOLKIT_KEYRINGS = {"nvidia_container_toolkit_apt_gpg_key_url": OUR_KEYRING}
+NOW = 1796200000.0  # 2026-12-02 08:26:40 UTC
+
+
+def test_cause_lines_are_the_errors_and_never_a_note() -> None:
+    """The issue's first case: the old message quoted the last W: line (a harmless
+    "configured multiple times" note); the cause is the E: line."""
+    assert apt_ready.cause_lines(NOT_VALID_YET) == [NOT_VALID_YET.splitlines()[2]]
+
+
+def test_cause_lines_keep_warnings_that_report_the_failure() -> None:
+    assert apt_ready.cause_lines(NO_PUBKEY + NO_PUBKEY) == NO_PUBKEY.splitlines()[-2:]
+
+
+def test_fetch_errors_leave_signatures_out() -> None:
+    """apt lists a signature it cannot verify as `Err:`; it was fetched: no mirror/proxy hint."""
+    assert apt_ready.fetch_errors(NO_PUBKEY) == []
+    assert apt_ready.fetch_errors(f"W: Failed to fetch {NVIDIA}/InRelease  NO_PUBKEY AB\n") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "span"),
+    [
+        (NOT_VALID_YET, "not valid yet", "729d 23h 59min 49s"),
+        (EXPIRED, "expired", "20d 0h 0min 1s"),
+    ],
+    ids=["not-valid-yet", "expired"],
+)
+def test_clock_errors(text: str, kind: str, span: str) -> None:
+    assert apt_ready.clock_errors(text + text) == [
+        apt_ready.ClockError(DEBIAN_INRELEASE, kind, span)
+    ]
+
+
+def test_signature_errors_name_every_key_and_its_status() -> None:
+    assert apt_ready.signature_errors(NO_PUBKEY) == [
+        apt_ready.SignatureError(NVIDIA, "NO_PUBKEY", "DDCAE044F796ECB0")
+    ]
+    assert apt_ready.signature_errors(EXPKEYSIG) == [
+        apt_ready.SignatureError(NVIDIA, "EXPKEYSIG", "C2AC96DF4734880A", "key c <c@x.invalid>")
+    ]
+    two = (
+        "W: GPG error: http://deb.debian.org/debian bookworm InRelease: The following signatures "
+        "couldn't be verified because the public key is not available: NO_PUBKEY 0E98404D386FA1D9"
+        " NO_PUBKEY 6ED0E7B82643E131\n"
+    )
+    assert [e.key for e in apt_ready.signature_errors(two)] == [
+        "0E98404D386FA1D9",
+        "6ED0E7B82643E131",
+    ]
+    assert {e.url for e in apt_ready.signature_errors(two)} == {"http://deb.debian.org/debian"}
+
+
+def test_conflicts_read_the_option_source_and_both_values() -> None:
+    assert apt_ready.conflicts(SIGNED_BY_CONFLICT) == [
+        apt_ready.Conflict("Signed-By", f"{NVIDIA}/", "/", (OUR_KEYRING, THEIR_KEYRING))
+    ]
+    # a definition without signed-by: apt prints an empty value
+    text = (
+        f"E: Conflicting values set for option Signed-By regarding source {NVIDIA}/ /: /k.gpg != \n"
+    )
+    assert apt_ready.conflicts(text)[0].values == ("/k.gpg", "")
+
+
+def test_parse_one_line_reads_options_and_skips_comments() -> None:
+    text = (
+        "# deb http://disabled.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://a.example/debian bookworm main # note\n"
+        "deb-src [ signed-by=/k.gpg ] http://a.example/debian bookworm main\n"
+        "deb http://b.example/debian\n"  # no suite: apt refuses it; not a definition
+        "\n"
+        "deb\thttp://c.example/ /\n"
+    )
+    found = apt_ready.parse_one_line(text, "/etc/apt/sources.list")
+    assert [(d.line, d.types, d.uri, d.suites, d.signed_by) for d in found] == [
+        (2, ("deb",), "http://a.example/debian", ("bookworm",), "/k.gpg"),
+        (3, ("deb-src",), "http://a.example/debian", ("bookworm",), "/k.gpg"),
+        (6, ("deb",), "http://c.example/", ("/",), ""),
+    ]
+
+
+def test_parse_deb822_reads_each_enabled_stanza_and_uri() -> None:
+    text = (
+        "# Managed by someone\n"
+        "Types: deb deb-src\n"
+        "URIs: http://a.example/debian http://b.example/debian\n"
+        "# a comment inside a stanza\n"
+        "Suites: bookworm bookworm-updates\n"
+        "Components: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        "\n"
+        "Types: deb\n"
+        "URIs: http://off.example/\n"
+        "Suites: /\n"
+        "Enabled: no\n"
+        "\n"
+        "\n"
+        "Types: deb\n"
+        "URIs: http://inline.example/\n"
+        "Suites: /\n"
+        "Signed-By:\n"
+        " -----BEGIN PGP PUBLIC KEY BLOCK-----\n"
+        " .\n"
+        " mQINBF...\n"
+        " -----END PGP PUBLIC KEY BLOCK-----\n"
+    )
+    found = apt_ready.parse_deb822(text, "/etc/apt/sources.list.d/x.sources")
+    assert [(d.line, d.types, d.uri, d.suites, d.signed_by) for d in found] == [
+        (
+            2,
+            ("deb", "deb-src"),
+            "http://a.example/debian",
+            ("bookworm", "bookworm-updates"),
+            "/usr/share/keyrings/debian-archive-keyring.gpg",
+        ),
+        (
+            2,
+            ("deb", "deb-src"),
+            "http://b.example/debian",
+            ("bookworm", "bookworm-updates"),
+            "/usr/share/keyrings/debian-archive-keyring.gpg",
+        ),
+        (15, ("deb",), "http://inline.example/", ("/",), "(a key embedded in the file)"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (NVIDIA_VAR, f"{NVIDIA}/", True),
+        (f"{NVIDIA}/", NVIDIA_VAR, True),
+        (NVIDIA_VAR, NVIDIA_VAR, True),
+        ("http://deb.debian.org/debian/", "http://deb.debian.org/debian", True),
+        (NVIDIA_VAR, "https://nvidia.github.io/libnvidia-container/stable/deb/amd64/x", False),
+        ("http://deb.debian.org/debian", "http://deb.debian.org/debian-security", False),
+    ],
+    ids=["arch-in-var", "arch-in-apt", "both-arch", "trailing-slash", "deeper", "other"],
+)
+def test_same_uri(a: str, b: str, same: bool) -> None:
+    assert apt_ready.same_uri(a, b) is same
+
+
+def _etc(tmp_path: Path, files: dict[str, str]) -> Path:
+    etc = tmp_path / "etc"
+    (etc / "sources.list.d").mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (etc / name).write_text(text)
+    return etc
+
+
+def test_find_definitions_reads_every_source_file_in_apts_order(tmp_path: Path) -> None:
+    etc = _etc(
+        tmp_path,
+        {
+            "sources.list": f"deb {NVIDIA}/ /\n",
+            "sources.list.d/nvidia-container-toolkit.sources": OUR_SOURCES,
+            "sources.list.d/nvidia-container-toolkit.list": THEIR_LIST,
+            "sources.list.d/old.list.save": THEIR_LIST,  # apt ignores other suffixes
+            "sources.list.d/debian.sources": (
+                "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n"
+            ),
+        },
+    )
+    found = apt_ready.find_definitions(NVIDIA_VAR, str(etc))
+    assert [(Path(d.file).name, d.line, d.signed_by) for d in found] == [
+        ("sources.list", 1, ""),
+        ("nvidia-container-toolkit.list", 1, THEIR_KEYRING),
+        ("nvidia-container-toolkit.sources", 1, OUR_KEYRING),
+    ]
+    assert apt_ready.find_definitions("http://nowhere.example/", str(etc)) == []
+    assert apt_ready.find_definitions(NVIDIA, str(tmp_path / "missing")) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        (DEBIAN_INRELEASE, "deb.debian.org_debian_dists_bookworm_InRelease"),
+        ("http://127.0.0.1:8799/InRelease", "127.0.0.1:8799_InRelease"),
+        ("https://user:pw@mirror.example/deb_x/InRelease", "mirror.example_deb%5fx_InRelease"),
+        ("file:/srv/repo/InRelease", "_srv_repo_InRelease"),
+    ],
+    ids=["debian", "port", "credentials-and-underscore", "file"],
+)
+def test_list_file_name_is_apts(url: str, name: str) -> None:
+    assert apt_ready.list_file_name(url) == name
+
+
+def test_release_fields_of_a_clearsigned_and_a_plain_release() -> None:
+    body = "Origin: Debian\nDate: Sat, 10 Jun 2023 09:00:00 UTC\nSHA256:\n abc 1 Packages\n"
+    signed = (
+        "-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA256\n\n"
+        + body
+        + "-----BEGIN PGP SIGNATURE-----\n\nxyz\n-----END PGP SIGNATURE-----\n"
+    )
+    want = {"Origin": "Debian", "Date": "Sat, 10 Jun 2023 09:00:00 UTC", "SHA256": ""}
+    assert apt_ready.release_fields(signed) == want
+    assert apt_ready.release_fields(body) == want
+    assert apt_ready.release_time("Fri, 01 Dec 2028 06:40:43 +0000") == "2028-12-01 06:40:43 UTC"
+    assert apt_ready.release_time("soon") == "soon"
+
+
+def test_explain_clock_names_both_clocks_and_time_sync_first() -> None:
+    error = apt_ready.clock_errors(NOT_VALID_YET)[0]
+    release = {"Date": "Fri, 01 Dec 2028 06:40:43 UTC"}
+    assert apt_ready.explain_clock(error, NOW, release, {}) == (
+        f"the Release file {DEBIAN_INRELEASE} is not valid yet for another 729d 23h 59min 49s"
+        " (its Date 2028-12-01 06:40:43 UTC) and the host's clock says 2026-12-02 "
+        "08:26:40 UTC: the host's clock is behind (or the mirror's ahead). Fix the host's "
+        "time synchronisation first (`timedatectl`; systemd-timesyncd or chrony with a reachable "
+        "NTP server), then re-run; another mirror or proxy will not help. That URL is from the "
+        "host's own apt sources (/etc/apt/sources.list*)."
+    )
+
+
+def test_explain_signature_of_a_keyring_the_role_writes() -> None:
+    error = apt_ready.signature_errors(NO_PUBKEY)[0]
+    ours = apt_ready.parse_deb822(OUR_SOURCES, "/etc/apt/sources.list.d/x.sources")
+    text, info = apt_ready.explain_signature(error, ours, TOOLKIT_SOURCES, TOOLKIT_KEYRINGS)
+    assert text == (
+        f"the Release of {NVIDIA} (set by nvidia_container_toolkit_apt_repo_url) is signed by key "
+        f"DDCAE044F796ECB0, which its Signed-By keyring {OUR_KEYRING} does not hold (NO_PUBKEY): "
+        "the repository's signing key changed (rotated), or the keyring holds another key. "
+        f"{OUR_KEYRING} is the role's copy of the key at {NVIDIA_KEY_URL} (set by "
+        "nvidia_container_toolkit_apt_gpg_key_url): fetch it again from there (the role's "
+        "repository step does) and check that this URL serves the key that signs the "
+        "repository now."
+    )
+    assert info == {
+        "key": "DDCAE044F796ECB0",
+        "status": "NO_PUBKEY",
+        "who": "",
+        "url": NVIDIA,
+        "variable": "nvidia_container_toolkit_apt_repo_url",
+        "keyrings": [OUR_KEYRING],
+        "managed": True,
+        "key_variable": "nvidia_container_toolkit_apt_gpg_key_url",
+        "key_url": NVIDIA_KEY_URL,
+        "definitions": [ours[0].as_dict()],
+    }
+    # deb822_repository names the file .gpg for a binary key: the same keyring
+    gpg = {"nvidia_container_toolkit_apt_gpg_key_url": OUR_KEYRING[:-4] + ".gpg"}
+    assert apt_ready.explain_signature(error, ours, TOOLKIT_SOURCES, gpg)[1]["managed"] is True
+
+
+def test_explain_signature_of_a_keyring_someone_else_wrote() -> None:
+    error = apt_ready.signature_errors(EXPKEYSIG)[0]
+    theirs = apt_ready.parse_one_line(THEIR_LIST, "/etc/apt/sources.list.d/n.list")
+    text, info = apt_ready.explain_signature(error, theirs, {}, TOOLKIT_KEYRINGS)
+    assert "signed by key C2AC96DF4734880A (key c <c@x.invalid>), whose copy in" in text
+    assert "has expired (EXPKEYSIG)" in text
+    assert f"gpuprov does not write {THEIR_KEYRING} (the source is defined at " in text
+    assert "/etc/apt/sources.list.d/n.list:1" in text
+    assert info["managed"] is False
+    assert info["key_variable"] is None
+    none, _ = apt_ready.explain_signature(error, [], {}, {})
+    assert "no Signed-By: /etc/apt/trusted.gpg.d" in none
+
+
+def test_explain_conflict_names_every_file_that_defines_the_uri() -> None:
+    conflict = apt_ready.conflicts(SIGNED_BY_CONFLICT)[0]
+    defs = apt_ready.parse_sources(
+        [
+            ("/etc/apt/sources.list.d/nvidia-container-toolkit.list", THEIR_LIST),
+            ("/etc/apt/sources.list.d/nvidia-container-toolkit.sources", OUR_SOURCES),
+        ]
+    )
+    assert apt_ready.explain_conflict(conflict, defs, TOOLKIT_SOURCES) == (
+        f"apt cannot read its sources: {NVIDIA}/ (suite /) is defined with different Signed-By "
+        f"({OUR_KEYRING} != {THEIR_KEYRING}) in 2 places: "
+        f"/etc/apt/sources.list.d/nvidia-container-toolkit.list:1 (Signed-By {THEIR_KEYRING}); "
+        f"/etc/apt/sources.list.d/nvidia-container-toolkit.sources:1 (Signed-By {OUR_KEYRING}). "
+        "That URI is set by nvidia_container_toolkit_apt_repo_url. Keep one definition (remove "
+        "or disable the others, e.g. a file a vendor's install guide added) or give them the "
+        "same Signed-By; until then every apt command on this host fails."
+    )
+    assert "in files gpuprov could not find" in apt_ready.explain_conflict(conflict, [], {})
+
+
+# -- the module's messages and fields
+
+
+def test_a_release_from_the_future_names_the_clocks_not_the_last_line(tmp_path: Path) -> None:
+    module = FakeModule(repair=False, update="always")
+    obj = _ready(tmp_path, module, Script([(("apt-get", "update"), 100, NOT_VALID_YET)]))
+    obj.now = lambda: NOW
+    partial = tmp_path / "lists" / "partial"
+    partial.mkdir()
+    (partial / "deb.debian.org_debian_dists_bookworm_InRelease").write_text(
+        "Origin: Debian\nDate: Fri, 01 Dec 2028 06:40:43 UTC\n"
+        "Valid-Until: Fri, 08 Dec 2028 06:40:43 UTC\n"
+    )
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    result = failed.value.result
+    assert result["msg"] == (
+        "apt-get update failed (update: always): the Release file "
+        f"{DEBIAN_INRELEASE} is not valid yet for another 729d 23h 59min 49s (its Date "
+        "2028-12-01 06:40:43 UTC, Valid-Until 2028-12-08 06:40:43 UTC) and the host's clock says "
+        "2026-12-02 08:26:40 UTC: the host's clock is behind (or the mirror's ahead). Fix the "
+        "host's time synchronisation first (`timedatectl`; systemd-timesyncd or chrony with a "
+        "reachable NTP server), then re-run; another mirror or proxy will not help. That URL is "
+        "from the host's own apt sources (/etc/apt/sources.list*). apt said: "
+        f"[{NOT_VALID_YET.splitlines()[2]}] The package lists are not marked fresh, so the next "
+        "run updates them again."
+    )
+    assert result["failed_sources"] == [
+        {
+            "url": DEBIAN_INRELEASE,
+            "kind": "not_valid_yet",
+            "reason": "729d 23h 59min 49s",
+            "variable": None,
+            "host_time": "2026-12-02 08:26:40 UTC",
+            "release_date": "2028-12-01 06:40:43 UTC",
+            "release_valid_until": "2028-12-08 06:40:43 UTC",
+        }
+    ]
+    assert result["apt_errors"] == [NOT_VALID_YET.splitlines()[2]]
+
+
+def test_a_rotated_key_names_the_key_and_the_key_url_variable(tmp_path: Path) -> None:
+    module = FakeModule(
+        repair=False, update="always", sources=TOOLKIT_SOURCES, keyrings=TOOLKIT_KEYRINGS
+    )
+    obj = _ready(tmp_path, module, Script([(("apt-get", "update"), 100, NO_PUBKEY)]))
+    _etc(tmp_path, {"sources.list.d/nvidia-container-toolkit.sources": OUR_SOURCES})
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    result = failed.value.result
+    assert "is signed by key DDCAE044F796ECB0" in result["msg"]
+    assert "(set by nvidia_container_toolkit_apt_gpg_key_url)" in result["msg"]
+    assert "proxy" not in result["msg"]
+    assert "could not fetch" not in result["msg"]
+    assert [(k["key"], k["managed"], k["key_variable"]) for k in result["missing_keys"]] == [
+        ("DDCAE044F796ECB0", True, "nvidia_container_toolkit_apt_gpg_key_url")
+    ]
+    assert result["failed_sources"] == [
+        {
+            "url": NVIDIA,
+            "kind": "signature",
+            "reason": "NO_PUBKEY DDCAE044F796ECB0",
+            "variable": "nvidia_container_toolkit_apt_repo_url",
+        }
+    ]
+    assert result["fetch_errors"] == []
+
+
+def test_a_signed_by_conflict_names_both_files(tmp_path: Path) -> None:
+    module = FakeModule(repair=False, update="always", sources=TOOLKIT_SOURCES)
+    obj = _ready(tmp_path, module, Script([(("apt-get", "update"), 100, SIGNED_BY_CONFLICT)]))
+    etc = _etc(
+        tmp_path,
+        {
+            "sources.list.d/nvidia-container-toolkit.sources": OUR_SOURCES,
+            "sources.list.d/nvidia-container-toolkit.list": THEIR_LIST,
+        },
+    )
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    result = failed.value.result
+    for name in ("nvidia-container-toolkit.sources:1", "nvidia-container-toolkit.list:1"):
+        assert f"{etc}/sources.list.d/{name}" in result["msg"]
+    assert "E: The list of sources could not be read." in result["msg"]
+    (conflict,) = result["conflicts"]
+    assert conflict["values"] == [OUR_KEYRING, THEIR_KEYRING]
+    assert conflict["variable"] == "nvidia_container_toolkit_apt_repo_url"
+    assert [Path(d["file"]).name for d in conflict["definitions"]] == [
+        "nvidia-container-toolkit.list",
+        "nvidia-container-toolkit.sources",
+    ]
+    # the same definitions, before apt runs: what a role's preflight reads
+    assert [
+        Path(d["file"]).name
+        for d in result["source_definitions"]["nvidia_container_toolkit_apt_repo_url"]
+    ] == ["nvidia-container-toolkit.list", "nvidia-container-toolkit.sources"]
+    assert result["source_definitions"]["nvidia_container_toolkit_apt_gpg_key_url"] == []
+
+
+def test_source_definitions_are_returned_when_nothing_fails(tmp_path: Path) -> None:
+    module = FakeModule(repair=False, update="never", sources=TOOLKIT_SOURCES | {"off": ""})
+    obj = _ready(tmp_path, module, Script([]))
+    _etc(tmp_path, {"sources.list.d/nvidia-container-toolkit.list": THEIR_LIST})
+    result = obj.main()
+    assert set(result["source_definitions"]) == set(TOOLKIT_SOURCES)
+    (found,) = result["source_definitions"]["nvidia_container_toolkit_apt_repo_url"]
+    assert found["signed_by"] == THEIR_KEYRING
+    assert result["apt_errors"] == result["missing_keys"] == result["conflicts"] == []
+
+
+def test_an_apt_cache_failure_is_explained(tmp_path: Path) -> None:
+    """With the lists fresh, the conflict first shows in `apt-cache policy`."""
+    module = FakeModule(repair=False, update="never", packages=["x"])
+    obj = _ready(tmp_path, module, Script([(("apt-cache", "policy"), 100, SIGNED_BY_CONFLICT)]))
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    assert failed.value.result["msg"].startswith(
+        f"apt-cache policy failed: apt cannot read its sources: {NVIDIA}/ (suite /)"
+    )
+
+
+def test_a_download_failure_quotes_the_errors_not_the_last_line(tmp_path: Path) -> None:
+    output = (
+        "E: Unable to locate package nvidia-container-toolkit-base\n"
+        "E: Version '9.9' for 'x' was not found\n"
+        "W: Target Packages (main) is configured multiple times in /a.list:1 and /b.list:1\n"
+    )
+    script = Script(
+        [
+            (("apt-cache", "policy"), 0, "x:\n  Candidate: 1.0\n"),
+            (("apt-get", "install"), 100, output),
+        ]
+    )
+    module = FakeModule(repair=False, update="never", packages=["x"], download=True)
+    with pytest.raises(Failed) as failed:
+        _ready(tmp_path, module, script).main()
+    assert failed.value.result["msg"] == (
+        "Downloading x failed: apt said: [E: Unable to locate package "
+        "nvidia-container-toolkit-base] [E: Version '9.9' for 'x' was not found] Nothing was "
+        "installed."
+    )
+
+
+def test_a_failure_without_an_error_line_says_so(tmp_path: Path) -> None:
+    module = FakeModule(repair=False, update="always")
+    obj = _ready(tmp_path, module, Script([(("apt-get", "update"), 100, "Reading lists...\n")]))
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    assert (
+        "apt exited with 100 and printed no E: line (see stdout and stderr)."
+        in (failed.value.result["msg"])
+    )

@@ -1,0 +1,295 @@
+"""apt_ready against a real apt-get: the texts it explains are apt's own, not typed by us.
+
+Throwaway file:/ repositories (a Release dated in the future, one expired, one signed by a
+key the source's keyring does not hold, one signed by an expired key) signed with throwaway
+gpg keys, and a throwaway APT configuration: APT_CONFIG names a file that replaces apt.conf
+and apt.conf.d (so the host's settings, e.g. `Acquire::Check-Date "false"` in a container
+image, do not apply), and every directory apt reads sources or keys from or writes to is
+under the test's tmp directory. The host's own apt state is neither read nor written.
+Needs apt-get and gpg (Debian; `scripts/prereqs.sh test` installs gnupg); about a second.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import getpass
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import apt_ready  # plugins/modules/apt_ready.py (on pytest's pythonpath)
+import pytest
+from apt_fakes import Failed, FakeModule
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("apt-get") and shutil.which("gpg")), reason="needs apt-get and gpg (Debian)"
+)
+
+DAY = 86400
+KEY_UIDS = {"a": "gpuprov test a <a@x.invalid>", "b": "gpuprov test b <b@x.invalid>"}
+EXPIRED_UID = "gpuprov test expired <c@x.invalid>"
+
+
+def _gpg(home: Path, *args: str, faked: int | None = None) -> str:
+    argv = ["gpg", "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", ""]
+    if faked is not None:
+        argv += ["--faked-system-time", str(faked)]
+    env = dict(os.environ, GNUPGHOME=str(home), LC_ALL="C")
+    return subprocess.run(
+        [*argv, *args], env=env, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
+def _release(dist: Path, date: float, valid_until: float | None = None) -> None:
+    (dist / "Packages").write_bytes(b"")
+    lines = ["Origin: gpuprov-test", f"Date: {email.utils.formatdate(date, usegmt=True)}"]
+    if valid_until is not None:
+        lines.append(f"Valid-Until: {email.utils.formatdate(valid_until, usegmt=True)}")
+    empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    lines += ["SHA256:", f" {empty} 0 Packages"]
+    (dist / "Release").write_text("\n".join(lines) + "\n")
+
+
+class Repos:
+    """The throwaway keys and repositories, built once for this module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        now = time.time()
+        # A short GNUPGHOME: gpg-agent's socket path must stay under ~100 characters.
+        home = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
+        try:
+            for uid in KEY_UIDS.values():
+                _gpg(home, "--quick-gen-key", uid, "ed25519", "sign", "never")
+            born = int(now) - 2 * 365 * DAY  # made two years ago, valid for one
+            _gpg(home, "--quick-gen-key", EXPIRED_UID, "ed25519", "sign", "365d", faked=born)
+            self.ids = {
+                name: self._key_id(home, uid)
+                for name, uid in (*KEY_UIDS.items(), ("expired", EXPIRED_UID))
+            }
+            for name, uid in (*KEY_UIDS.items(), ("expired", EXPIRED_UID)):
+                (root / f"{name}.gpg").write_bytes(
+                    subprocess.run(
+                        ["gpg", "--batch", "--export", uid],
+                        env=dict(os.environ, GNUPGHOME=str(home)),
+                        capture_output=True,
+                        check=True,
+                    ).stdout
+                )
+            plans: dict[str, tuple[float, float | None, str, int | None]] = {
+                "future": (now + 730 * DAY, None, KEY_UIDS["a"], None),
+                "expired": (now - 30 * DAY, now - 20 * DAY, KEY_UIDS["a"], None),
+                "rotated": (now, None, KEY_UIDS["b"], None),
+                "oldkey": (now - 700 * DAY, None, EXPIRED_UID, born + DAY),
+                "ok": (now, None, KEY_UIDS["a"], None),
+            }
+            for name, (date, until, signer, faked) in plans.items():
+                dist = root / name
+                dist.mkdir()
+                _release(dist, date, until)
+                _gpg(
+                    home,
+                    "--local-user",
+                    signer,
+                    "--clearsign",
+                    "-o",
+                    str(dist / "InRelease"),
+                    str(dist / "Release"),
+                    faked=faked,
+                )
+        finally:
+            subprocess.run(
+                ["gpgconf", "--kill", "gpg-agent"],
+                env=dict(os.environ, GNUPGHOME=str(home)),
+                check=False,
+            )
+            shutil.rmtree(home, ignore_errors=True)
+
+    @staticmethod
+    def _key_id(home: Path, uid: str) -> str:
+        out = _gpg(home, "--with-colons", "--list-keys", uid)
+        fpr = next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
+        return fpr[-16:]  # apt names the long key id
+
+    def uri(self, name: str) -> str:
+        return f"file:{self.root / name}"
+
+
+@pytest.fixture(scope="module")
+def repos(tmp_path_factory: pytest.TempPathFactory) -> Repos:
+    return Repos(tmp_path_factory.mktemp("repos"))
+
+
+class RealApt:
+    """Runs apt-get and apt-cache for real with a throwaway configuration under `root`;
+    anything else the module runs (dpkg, apt-mark) answers "nothing to report"."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.etc = root / "etc"
+        self.lists = root / "lists"
+        for d in (
+            self.etc / "sources.list.d",
+            self.lists / "partial",
+            root / "cache",
+            root / "parts",
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        (root / "status").touch()
+        self.config = root / "apt.conf"
+        self.config.write_text(
+            f'Dir::Etc::Main "/dev/null";\nDir::Etc::Parts "{root / "parts"}";\n'
+            'Acquire::Check-Date "true";\nAcquire::Check-Valid-Until "true";\n'
+        )
+        self.opts = [
+            f"-oDir::State={root}",
+            f"-oDir::State::Lists={self.lists}",
+            f"-oDir::State::status={root / 'status'}",
+            f"-oDir::Cache={root / 'cache'}",
+            f"-oDir::Etc::SourceList={self.etc / 'sources.list'}",
+            f"-oDir::Etc::SourceParts={self.etc / 'sources.list.d'}",
+            f"-oDir::Etc::Trusted={root / 'trusted.gpg'}",
+            f"-oDir::Etc::TrustedParts={root / 'parts'}",
+            f"-oDir::Etc::Preferences={root / 'preferences'}",
+            f"-oDir::Etc::PreferencesParts={root / 'parts'}",
+            "-oDebug::NoLocking=1",
+            f"-oAPT::Sandbox::User={getpass.getuser()}",
+        ]
+        self.outputs: list[tuple[int, str, str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        if argv[0] not in ("apt-get", "apt-cache"):
+            return 0, "", ""
+        env = dict(os.environ, APT_CONFIG=str(self.config), **apt_ready.APT_ENV)
+        proc = subprocess.run(
+            [argv[0], *self.opts, *argv[1:]],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        self.outputs.append((proc.returncode, proc.stdout, proc.stderr))
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def source(self, name: str, text: str) -> None:
+        (self.etc / "sources.list.d" / name).write_text(text)
+
+
+def _deb822(uri: str, keyring: Path) -> str:
+    return f"Types: deb\nURIs: {uri}\nSuites: /\nSigned-By: {keyring}\n"
+
+
+def _update(tmp_path: Path, apt: RealApt, **params: Any) -> dict[str, Any]:
+    module = FakeModule(repair=False, update="always", stamp=str(tmp_path / "stamp"), **params)
+    obj = apt_ready.AptReady(module, run=apt)
+    obj.apt_lists = str(apt.lists)
+    obj.etc_apt = str(apt.etc)
+    obj.source_globs = ()
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    assert not (tmp_path / "stamp").exists()
+    return failed.value.result
+
+
+def test_a_release_from_the_future(tmp_path: Path, repos: Repos) -> None:
+    """The issue's first case: the same source twice makes apt add "configured multiple
+    times" notes after the error; the old message quoted the last of them."""
+    apt = RealApt(tmp_path / "apt")
+    for name in ("a.sources", "dup.sources"):
+        apt.source(name, _deb822(repos.uri("future"), repos.root / "a.gpg"))
+    result = _update(tmp_path, apt, sources={"test_repo_url": repos.uri("future")})
+    rc, _, err = apt.outputs[-1]
+    assert rc == 100
+    assert "is configured multiple times" in err.strip().splitlines()[-1]  # the old quote
+    url = f"{repos.uri('future')}/InRelease"
+    error = f"E: Release file for {url} is not valid yet (invalid for another 729d 23h 59min "
+    assert result["apt_errors"] == [
+        next(line for line in err.splitlines() if line.startswith(error))
+    ]
+    msg = result["msg"]
+    assert "configured multiple times" not in msg
+    assert f"the Release file {url} is not valid yet for another 729d 23h 59min " in msg
+    assert "the host's clock says " in msg
+    assert "Fix the host's time synchronisation first" in msg
+    assert "That URL is set by test_repo_url." in msg
+    (failed,) = result["failed_sources"]
+    assert failed["kind"] == "not_valid_yet"
+    written = (repos.root / "future" / "Release").read_text().splitlines()[1].split(": ", 1)[1]
+    assert failed["release_date"] == apt_ready.release_time(written)  # read from lists/partial
+    assert (apt.lists / "partial" / apt_ready.list_file_name(url)).is_file()
+
+
+def test_an_expired_release(tmp_path: Path, repos: Repos) -> None:
+    apt = RealApt(tmp_path / "apt")
+    apt.source("a.sources", _deb822(repos.uri("expired"), repos.root / "a.gpg"))
+    result = _update(tmp_path, apt)
+    msg = result["msg"]
+    assert f"the Release file {repos.uri('expired')}/InRelease expired 20d 0h 0min " in msg
+    assert "Valid-Until " in msg
+    assert "if that clock is ahead, fix the host's time synchronisation first" in msg
+    (failed,) = result["failed_sources"]
+    assert failed["kind"] == "expired"
+    assert failed["release_valid_until"] is not None
+
+
+def test_a_key_rotated_at_the_same_url(tmp_path: Path, repos: Repos) -> None:
+    """The repository is now signed by key b; the role's keyring holds key a."""
+    apt = RealApt(tmp_path / "apt")
+    keyring = repos.root / "a.gpg"
+    apt.source("test.sources", _deb822(repos.uri("rotated"), keyring))
+    sources = {"test_repo_url": repos.uri("rotated"), "test_key_url": "http://keys.invalid/k"}
+    result = _update(tmp_path, apt, sources=sources, keyrings={"test_key_url": str(keyring)})
+    msg = result["msg"]
+    key = repos.ids["b"]
+    assert f"is signed by key {key}, which its Signed-By keyring {keyring} does not hold" in msg
+    assert f"{keyring} is the role's copy of the key at http://keys.invalid/k (set by " in msg
+    assert "proxy" not in msg
+    assert f"NO_PUBKEY {key}" in " ".join(result["apt_errors"])
+    (missing,) = result["missing_keys"]
+    assert (missing["key"], missing["status"], missing["managed"]) == (key, "NO_PUBKEY", True)
+    assert (missing["variable"], missing["key_variable"]) == ("test_repo_url", "test_key_url")
+
+
+def test_a_keyring_with_an_expired_key(tmp_path: Path, repos: Repos) -> None:
+    apt = RealApt(tmp_path / "apt")
+    apt.source("test.sources", _deb822(repos.uri("oldkey"), repos.root / "expired.gpg"))
+    result = _update(tmp_path, apt)
+    msg = result["msg"]
+    assert f"signed by key {repos.ids['expired']} ({EXPIRED_UID}), whose copy in" in msg
+    assert "has expired (EXPKEYSIG)" in msg
+    assert "gpuprov does not write" in msg
+
+
+def test_a_signed_by_conflict_names_both_files(tmp_path: Path, repos: Repos) -> None:
+    """The issue's second case: our deb822 source and a vendor's one-line .list for one URL."""
+    apt = RealApt(tmp_path / "apt")
+    ours, theirs = repos.root / "a.gpg", repos.root / "b.gpg"
+    apt.source("nvidia-container-toolkit.sources", _deb822(repos.uri("ok"), ours))
+    apt.source("nvidia-container-toolkit.list", f"deb [signed-by={theirs}] {repos.uri('ok')} /\n")
+    result = _update(tmp_path, apt, sources={"test_repo_url": repos.uri("ok")})
+    _, _, err = apt.outputs[-1]
+    assert err.strip().splitlines()[-1] == "E: The list of sources could not be read."
+    msg = result["msg"]
+    parts = apt.etc / "sources.list.d"
+    assert f"{parts}/nvidia-container-toolkit.list:1 (Signed-By {theirs})" in msg
+    assert f"{parts}/nvidia-container-toolkit.sources:1 (Signed-By {ours})" in msg
+    assert "That URI is set by test_repo_url." in msg
+    (conflict,) = result["conflicts"]
+    assert sorted(conflict["values"]) == sorted([str(ours), str(theirs)])
+
+
+def test_a_good_repository_updates(tmp_path: Path, repos: Repos) -> None:
+    """The same set-up with a valid repository: the runner itself is sound."""
+    apt = RealApt(tmp_path / "apt")
+    apt.source("test.sources", _deb822(repos.uri("ok"), repos.root / "a.gpg"))
+    module = FakeModule(repair=False, update="always", stamp=str(tmp_path / "stamp"))
+    obj = apt_ready.AptReady(module, run=apt)
+    obj.source_globs = ()
+    assert obj.main()["updated"] is True
+    assert apt.outputs[-1][0] == 0
