@@ -61,9 +61,9 @@ def _module_level_imports(path: Path) -> set[str]:
 def test_the_role_and_the_fabfile_copy_exactly_these_modules() -> None:
     tasks = yaml.safe_load((ROOT / "roles" / "gpu_smoke" / "tasks" / "install.yml").read_text())
     copies = [
-        t["loop"]
+        t["gpuprov_files"]["names"]
         for t in tasks
-        if "compat/{{ item }}" in str(t.get("ansible.builtin.copy", {}).get("src", ""))
+        if str(t.get("gpuprov_files", {}).get("src_dir", "")).endswith("/compat")
     ]
     # The role holds no list of its own: it asks compat (one source).
     assert copies == ["{{ 'smoke' | gpu_compat_host_modules }}"]
