@@ -82,13 +82,13 @@ site: deps  ## provision the lab (or INV=...) with playbooks/site.yml
 	$(BIN)/ansible-playbook -i $(INV) $(LAB_VAULT) playbooks/site.yml
 
 report: venv  ## print the fleet report of INV's hosts from reports/
-	$(BIN)/python scripts/report.py --reports reports --inventory $(INV)
+	$(BIN)/python scripts/report.py --reports reports --inventory $(INV) --html
 
 # The report also after a failed site.yml (it says which host failed and why); the exit
 # status is site.yml's when that failed, else the report's.
 lab: prereqs lab-up  ## the main job: prerequisites, lab up, site.yml, fleet report
 	rc=0; $(BIN)/python scripts/lab.py --lab $(LAB) site || rc=$$?; \
-	$(BIN)/python scripts/report.py --reports reports --inventory $(INV) || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
+	$(BIN)/python scripts/report.py --reports reports --inventory $(INV) --html || { r=$$?; [ $$rc -ne 0 ] || rc=$$r; }; \
 	exit $$rc
 
 lab-down: venv  ## tear the lab down
