@@ -80,6 +80,15 @@ options:
       - Marks RV(missing_keys) entries as the role's own (C(managed)), with that variable.
     type: dict
     default: {}
+  stale_keys:
+    description:
+      - C(fail) stops on any signature apt cannot verify. C(report) lets an update whose only
+        errors are signatures of keyrings from O(keyrings) (C(NO_PUBKEY) or C(EXPKEYSIG), as
+        when the key at that URL rotated) end without failing, with a warning and
+        RV(stale_keys), so that the role fetches the key again; the lists are not marked fresh.
+    type: str
+    choices: [fail, report]
+    default: fail
   lock_timeout:
     description: Seconds to wait for a dpkg or apt lock held by another process.
     type: int
@@ -143,7 +152,8 @@ source_definitions:
     - For each variable in O(sources) with a URL, every enabled definition of that URL in
       C(/etc/apt) (C($(ARCH)) matches any architecture, a trailing C(/) is ignored).
     - Each is C(file), C(line) (a deb822 stanza's first line), C(types), C(uri), C(suites),
-      C(signed_by) (C("") when none).
+      C(signed_by) (C("") when none), C(components), C(describe) (file, line and Signed-By in
+      words) and C(shared) (the file defines other repositories too).
   type: dict
   returned: always
 apt_errors:
@@ -168,6 +178,11 @@ missing_keys:
   type: list
   elements: dict
   returned: always (empty unless apt failed)
+stale_keys:
+  description: The key URL variables whose keyring apt could not verify with (O(stale_keys) report).
+  type: list
+  elements: str
+  returned: always
 conflicts:
   description:
     - apt's "Conflicting values set for option" errors, with C(option), C(uri), C(suite),
@@ -280,6 +295,18 @@ def explain_fetch(url: str, reason: str, sources: Mapping[str, str]) -> str:
     where = f"set by {var}" if var else "from the host's own apt sources (/etc/apt/sources.list*)"
     because = f" ({reason})" if reason else ""
     return f"could not fetch {url}{because}; that URL is {where}: {HINT}."
+
+
+def stale_managed_keys(fields: Mapping[str, Any]) -> list[str]:
+    """The key URL variables to fetch again when an update failed only because keyrings the
+    role writes hold no (or an expired) key for the signature: [] when anything else failed."""
+    failed = fields.get("failed_sources") or []
+    missing = fields.get("missing_keys") or []
+    if not missing or any(f.get("kind") != "signature" for f in failed):
+        return []
+    if not all(m.get("managed") and m.get("key_variable") for m in missing):
+        return []
+    return sorted({str(m["key_variable"]) for m in missing})
 
 
 def sources_digest(files: Iterable[tuple[str, bytes]]) -> str:
@@ -482,6 +509,7 @@ class SourceDefinition:
     uri: str
     suites: tuple[str, ...]
     signed_by: str  # "" when the entry has none
+    components: tuple[str, ...] = ()
 
     def describe(self) -> str:
         key = f"Signed-By {self.signed_by}" if self.signed_by else "no Signed-By"
@@ -495,6 +523,7 @@ class SourceDefinition:
             "uri": self.uri,
             "suites": list(self.suites),
             "signed_by": self.signed_by,
+            "components": list(self.components),
         }
 
 
@@ -524,6 +553,7 @@ def parse_one_line(text: str, file: str) -> list[SourceDefinition]:
                 words[0],
                 (words[1],),
                 options.get("signed-by", ""),
+                tuple(words[2:]),
             )
         )
     return found
@@ -554,6 +584,7 @@ def parse_deb822(text: str, file: str) -> list[SourceDefinition]:
                     uri,
                     tuple(stanza.get("suites", "").split()),
                     _signed_by(stanza.get("signed-by", "")),
+                    tuple(stanza.get("components", "").split()),
                 )
             )
 
@@ -1066,6 +1097,15 @@ class AptReady:
         output = out + "\n" + err
         if rc != 0 or fetch_errors(output) or clock_errors(output) or signature_errors(output):
             detail, fields = self.explain(output, rc)
+            stale = stale_managed_keys(fields) if self.params["stale_keys"] == "report" else []
+            if stale:
+                self.result["stale_keys"] = stale
+                self.result.update(fields)
+                self.module.warn(
+                    f"apt-get update ({reason}): {detail} The role fetches the key again "
+                    f"({', '.join(stale)}); the lists are not marked fresh."
+                )
+                return
             self.fail(
                 f"apt-get update failed ({reason}): {detail} "
                 "The package lists are not marked fresh, so the next run updates them again.",
@@ -1165,13 +1205,22 @@ class AptReady:
         repository someone else defined already)."""
         files = parse_sources(read_sources(self.etc_apt))
         return {
-            var: [d.as_dict() for d in files if same_uri(d.uri, str(url))]
+            var: [
+                {
+                    **d.as_dict(),
+                    "describe": d.describe(),
+                    "shared": any(o.file == d.file and not same_uri(o.uri, d.uri) for o in files),
+                }
+                for d in files
+                if same_uri(d.uri, str(url))
+            ]
             for var, url in self.params["sources"].items()
             if url
         }
 
     def main(self) -> dict[str, Any]:
         self.result["source_definitions"] = self.definitions()
+        self.result["stale_keys"] = []
         if self.params["repair"]:
             self.repair()
         self.refresh()
@@ -1190,6 +1239,7 @@ def build_module() -> AnsibleModule:
             "download": {"type": "bool", "default": False},
             "sources": {"type": "dict", "default": {}},
             "keyrings": {"type": "dict", "default": {}},
+            "stale_keys": {"type": "str", "default": "fail", "choices": ["fail", "report"]},
             "lock_timeout": {"type": "int", "default": 300},
             "stamp": {"type": "path", "default": "/var/lib/gpuprov/apt-lists.json"},
         },

@@ -17,8 +17,8 @@ description:
     so an interrupted run leaves either the old or the new file, never half of one.
   - Used through the action plugin of the same name, which reads the sources on the
     controller. The hosts get the content, never a controller path.
-  - No diff text: these are gpuprov's scripts, not configuration; C(changed_files) names
-    what changed (what --diff would otherwise print in full).
+  - No diff text, since these are gpuprov's scripts, not configuration. C(changed_files)
+    names what changed (what --diff would otherwise print in full).
 version_added: "0.5.0"
 author: gpuprov contributors
 options:

@@ -276,7 +276,16 @@ def build_signed_repo(
     (dist / "Packages").write_text(packages)
     (dist / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
     (dist / "Release").write_text(_release(dist))
+    key = sign(repo_dir, dist)
+    key_path = tmpdir / "gpgkey.asc"
+    key_path.write_text(key)
+    return repo_dir, key_path
 
+
+def sign(repo_dir: Path, dist: Path) -> str:
+    """Sign ``dist/Release`` (InRelease, Release.gpg) with a NEW throwaway key and publish it
+    as ``repo_dir/gpgkey``; returns the ASCII-armored key. Called again on a built repository
+    it rotates the key at the same URL (the fault suite's rotated-key case)."""
     # A short GNUPGHOME: gpg-agent's socket path must stay under ~100 characters.
     gnupghome = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
     env = dict(os.environ, GNUPGHOME=str(gnupghome), LC_ALL="C")
@@ -289,10 +298,8 @@ def build_signed_repo(
     finally:
         subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False)
         shutil.rmtree(gnupghome, ignore_errors=True)
-    key_path = tmpdir / "gpgkey.asc"
-    key_path.write_text(key)
     (repo_dir / "gpgkey").write_text(key)
-    return repo_dir, key_path
+    return key
 
 
 def recipe_hash(versions: Sequence[str] = DEFAULT_VERSIONS, arch: str | None = None) -> str:

@@ -79,6 +79,34 @@ def test_driver_packages_held(host: Any, fact: dict[str, Any]) -> None:
         assert "nvidia" in locks, f"no nvidia versionlock:\n{locks}"
 
 
+DEBIAN_COMPONENTS = "/etc/apt/sources.list.d/gpuprov-debian-nonfree.sources"
+SOURCE_FILES = (
+    "/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
+)
+
+
+def test_debian_components_repeat_no_other_source(host: Any) -> None:
+    """The role adds contrib/non-free only where the host's own sources lack them: a
+    component enabled twice for a suite makes every apt update warn "configured multiple
+    times" (18 such warnings on the lab before)."""
+    if host.system_info.distribution != "debian":
+        pytest.skip("Debian only: gpuprov adds Debian's non-free components")
+    import apt_ready  # plugins/modules/apt_ready.py: its parser of both source formats
+
+    listing = host.run(f"ls -1 {SOURCE_FILES} 2>/dev/null").stdout.split()
+    entries = apt_ready.parse_sources((p, host.file(p).content_string) for p in listing)
+    ours = [e for e in entries if e.file == DEBIAN_COMPONENTS]
+    repeated = [
+        f"{o.uri} {suite} {component} (also in {e.file}:{e.line})"
+        for o in ours
+        for e in entries
+        if e.file != DEBIAN_COMPONENTS and "deb" in e.types and apt_ready.same_uri(e.uri, o.uri)
+        for suite in set(o.suites) & set(e.suites)
+        for component in set(o.components) & set(e.components)
+    ]
+    assert repeated == []
+
+
 def test_nouveau_blacklist_file(host: Any) -> None:
     target = host.file(NOUVEAU_BLACKLIST)
     assert target.exists

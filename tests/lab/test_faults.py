@@ -18,7 +18,7 @@ running container (`keeper`, restart policy unless-stopped).
 Each case ends with the host's testinfra modules of the driver, Docker and the toolkit
 passing (`tests/infra`). The table (fault, first run, re-run) is printed at the end of the
 module. The cases are marked `faults` (and `lab`); CI's `make test-lab` runs them after the
-other lab modules, before test_lab_ops.py (about 10 min for the eleven on the 2-core
+other lab modules, before test_lab_ops.py (about 13 min for the thirteen on the 2-core
 machine), and `make test-faults` runs them alone on a lab.
 """
 
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpuprov_lab import aptrepo
 from gpuprov_lab.site import ansible_env
 
 Lab = Any  # tests/lab/conftest.py's Lab
@@ -89,7 +90,9 @@ def _env(lab: Lab) -> dict[str, str]:
     return env
 
 
-def _argv(lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path) -> list[str]:
+def _argv(
+    lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path, *extra: str
+) -> list[str]:
     exe = VENV_BIN / "ansible-playbook"
     return [
         str(exe) if exe.exists() else "ansible-playbook",
@@ -100,14 +103,15 @@ def _argv(lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path) -> 
         *playbooks,
         "-e",
         f"gpuprov_report_dir={report_dir}",
+        *extra,
     ]
 
 
 def _play(
-    lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path
+    lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        _argv(lab, playbooks, host, report_dir),
+        _argv(lab, playbooks, host, report_dir, *extra),
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -580,6 +584,61 @@ def test_mirror_fails_the_package_download(
     )
 
 
+@contextlib.contextmanager
+def _key_rotated(lab: Lab) -> Iterator[str]:
+    """The mirror's repository re-signed with a new key, published at the same key URL (what
+    NVIDIA did in 2022); the original Release signatures and key come back afterwards."""
+    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+    (dist,) = {p.parent for p in source.rglob("InRelease")}
+    kept = {
+        p: p.read_bytes() for p in (dist / "InRelease", dist / "Release.gpg", source / "gpgkey")
+    }
+    try:
+        yield aptrepo.sign(source, dist)
+    finally:
+        for path, data in kept.items():
+            path.write_bytes(data)
+
+
+KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
+
+
+def test_signing_key_rotated_at_its_url(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same repository URL, a new key at the key URL, lists due for an update: before, every
+    run failed with NO_PUBKEY and advised checking the mirror, proxy and CA (manual fix). Now
+    the first run converges: the update reports the role's stale key, the repository task
+    fetches it again, and the second update uses it."""
+    host, reports = faulty
+    old_key = _sh(lab, host, f"cat {KEYRING}")
+    with _key_rotated(lab) as new_key:
+        _sh(lab, host, "rm -f /var/lib/gpuprov/apt-lists.json")  # lists due for an update
+        first = _play(lab, TOOLKIT, host, reports)
+        assert first.returncode == 0, first.stdout[-4000:]
+        said = first.stdout + first.stderr  # the warning goes to stderr
+        assert "NO_PUBKEY" in said, said[-3000:]
+        assert "The role fetches the key again (nvidia_container_toolkit_apt_gpg_key_url)" in said
+        assert _sh(lab, host, f"cat {KEYRING}") == new_key != old_key
+        third = _play(lab, TOOLKIT, host, reports)
+        assert third.returncode == 0, third.stdout[-4000:]
+        assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
+    # The mirror's old key is back: the same path takes the host back to it.
+    _sh(lab, host, "rm -f /var/lib/gpuprov/apt-lists.json")
+    back = _play(lab, TOOLKIT, host, reports)
+    assert back.returncode == 0, back.stdout[-4000:]
+    assert _sh(lab, host, f"cat {KEYRING}") == old_key
+    _assert_nothing_lost(lab, host)
+    _row(
+        "toolkit repository's signing key rotated at the same URL (lists due for an update)",
+        "ok (rc=0): NO_PUBKEY reported as the role's stale key, key fetched again, "
+        "packages verified with it",
+        "changed=0; rotating back converges the same way",
+        capsys,
+    )
+
+
 # ---------------------------------------------------------------------------
 # dockerd stopped, invalid daemon.json
 
@@ -631,6 +690,125 @@ def test_invalid_daemon_json_is_refused_and_left_alone(
         "daemon.json with invalid JSON left by someone else",
         _verdict(first),
         "ok once its owner fixed it (file untouched by the failed run)",
+        capsys,
+    )
+
+
+# ---------------------------------------------------------------------------
+# an engine someone else installed
+
+# Docker's repository is not reachable from the lab: an empty package of the same name and
+# version stands in for Docker CE (dpkg-deb on the host), installed the way Docker's guide
+# does it, after removing docker.io (which declares Conflicts: docker-ce). The role only
+# sees what dpkg reports. An empty stand-in cannot run containers, so the lab proves
+# refuse and replace; adopt (keep it, configure around it) needs a real docker-ce.
+DOCKER_CE_STANDIN = """
+set -e
+apt-mark unhold docker.io >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq docker.io >/dev/null
+d=$(mktemp -d); mkdir -p "$d/DEBIAN"
+cat > "$d/DEBIAN/control" <<'CONTROL'
+Package: docker-ce
+Version: 5:27.3.1-1~debian.12~bookworm
+Architecture: all
+Maintainer: gpuprov lab <lab@localhost>
+Description: stand-in for Docker CE from Docker's repository (gpuprov fault suite)
+CONTROL
+dpkg-deb --build "$d" /root/docker-ce-standin.deb >/dev/null
+dpkg -i /root/docker-ce-standin.deb >/dev/null
+"""
+
+
+def _recap_changed(output: str, host: str) -> int:
+    """changed= of the host's line in the PLAY RECAP (the last one of the output)."""
+    line = [ln for ln in output.splitlines() if ln.startswith(f"{host} ") and "changed=" in ln]
+    assert line, output[-2000:]
+    return int(line[-1].split("changed=", 1)[1].split()[0])
+
+
+def test_docker_ce_someone_installed_is_refused_then_replaced_on_request(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The docker role used to remove a user's docker-ce silently to install docker.io (apt
+    history: Remove: docker-ce, rc=0, no warning)."""
+    host, reports = faulty
+    installed = "dpkg-query -W -f '${Status} ${Version}' docker-ce"
+    try:
+        _sh(lab, host, DOCKER_CE_STANDIN)
+        first = _play(lab, DOCKER, host, reports)
+        assert first.returncode != 0, first.stdout[-3000:]
+        error = _first_error(first.stdout)
+        assert "packages from another source than docker_source=distro: docker-ce" in error, error
+        assert "docker_foreign_engine" in first.stdout, error
+        assert _recap_changed(first.stdout, host) == 0
+        assert _sh(lab, host, installed).startswith("install ok installed 5:27.3.1"), host
+    finally:
+        # The one operator action, an explicit opt-in: replace it (and say so). Run whatever
+        # happened above, so that the next case finds docker.io back.
+        replaced = _play(lab, DOCKER, host, reports, "-e", "docker_foreign_engine=replace")
+    assert replaced.returncode == 0, replaced.stdout[-4000:]
+    assert "Replacing (docker_foreign_engine: replace) the engine packages someone else" in (
+        replaced.stdout
+    )
+    gone = _sh(lab, host, installed, check=False)
+    assert not gone.startswith("install ok installed"), gone  # e.g. "unknown ok not-installed"
+    _assert_nothing_lost(lab, host)
+    third = _play(lab, DOCKER, host, reports)
+    assert third.returncode == 0, third.stdout[-4000:]
+    assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
+    _row(
+        "Docker CE installed by someone else, docker_source left at distro",
+        _verdict(first),
+        "ok with docker_foreign_engine=replace (docker-ce removed, said so); third run changed=0",
+        capsys,
+    )
+
+
+VENDOR_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+SOURCES = ("playbooks/sources.yml",)
+
+
+def test_nvidias_own_source_file_is_refused_then_replaced(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NVIDIA's install guide was followed on the host before: its .list defines our URL with
+    another Signed-By, and every apt command fails ("Conflicting values set for option
+    Signed-By"). Before, site.yml stopped in the driver role and every re-run stayed stuck
+    until someone deleted the file. Now the first play names the file before any apt command;
+    the one operator action is nvidia_container_toolkit_apt_foreign_sources=replace."""
+    host, reports = faulty
+    url = str(lab.hosts[host]["nvidia_container_toolkit_apt_repo_url"]).replace("$(ARCH)", "amd64")
+    vendor = f"deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] {url} /\n"
+    _sh(lab, host, f"printf '%s' '{vendor}' > {VENDOR_LIST}")
+    try:
+        broken = _sh(lab, host, "apt-get check 2>&1 || true")
+        assert "Conflicting values set for option Signed-By" in broken, broken
+        first = _play(lab, (*SOURCES, *DRIVER, *TOOLKIT), host, reports)
+        assert first.returncode != 0, first.stdout[-3000:]
+        error = _first_error(first.stdout)
+        assert f"is also defined in {VENDOR_LIST}:1" in error, error
+        assert "nvidia_container_toolkit_apt_foreign_sources: replace" in first.stdout, error
+        assert _recap_changed(first.stdout, host) == 0
+        assert _sh(lab, host, f"cat {VENDOR_LIST}") == vendor  # untouched
+        replace = ("-e", "nvidia_container_toolkit_apt_foreign_sources=replace")
+        rerun = _play(lab, (*SOURCES, *DRIVER, *TOOLKIT), host, reports, *replace)
+        assert rerun.returncode == 0, rerun.stdout[-4000:]
+        assert "Replaced (nvidia_container_toolkit_apt_foreign_sources: replace)" in rerun.stdout
+        kept = _sh(lab, host, "cat /var/backups/gpuprov/apt-sources/nvidia-container-toolkit.list")
+        assert kept == vendor
+        assert _sh(lab, host, f"test -e {VENDOR_LIST} || echo gone").strip() == "gone"
+        assert "Conflicting" not in _sh(lab, host, "apt-get check 2>&1")
+        _assert_nothing_lost(lab, host)
+        third = _play(lab, (*SOURCES, *DRIVER, *TOOLKIT), host, reports)
+        assert third.returncode == 0, third.stdout[-4000:]
+        assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
+    finally:  # a failed case leaves apt usable for the next ones
+        _sh(lab, host, f"rm -f {VENDOR_LIST}", check=False)
+    _row(
+        "NVIDIA's own .list for the toolkit repository (another Signed-By)",
+        _verdict(first),
+        "ok with nvidia_container_toolkit_apt_foreign_sources=replace (file moved to "
+        "/var/backups/gpuprov/apt-sources, said so); third run changed=0",
         capsys,
     )
 

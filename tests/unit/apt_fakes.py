@@ -24,6 +24,7 @@ class FakeModule:
             "download": False,
             "sources": {},
             "keyrings": {},
+            "stale_keys": "fail",
             "lock_timeout": 0,
             "stamp": "",
             **params,
@@ -38,12 +39,24 @@ class FakeModule:
         raise Failed(kwargs)
 
 
+Rule = tuple[tuple[str, ...], int, str]
+
+# What a clean host answers: dpkg has nothing to report, nothing is held, the update fetches.
+CLEAN: list[Rule] = [(("dpkg", "--audit"), 0, ""), (("apt-mark", "showhold"), 0, "")]
+UPDATE_OK: Rule = (
+    ("apt-get", "update"),
+    0,
+    "Hit:1 http://deb.debian.org/debian bookworm InRelease\nReading package lists...\n",
+)
+
+
 class Script:
     """A command runner that answers from a list of (argv prefix, rc, stdout) rules, in order
-    (apt_ready reads stdout and stderr together, so one text stands for both)."""
+    (apt_ready reads stdout and stderr together, so one text stands for both). A command no
+    rule matches fails the test: every command the module runs is one the test declared."""
 
-    def __init__(self, rules: list[tuple[tuple[str, ...], int, str]]) -> None:
-        self.rules = rules
+    def __init__(self, rules: list[Rule]) -> None:
+        self.rules = list(rules)
         self.calls: list[tuple[str, ...]] = []
 
     def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
@@ -53,7 +66,7 @@ class Script:
                 if len([r for r in self.rules if r[0] == prefix]) > 1:
                     self.rules.pop(i)  # repeated rules answer in turn
                 return rc, out, ""
-        return 0, "", ""
+        raise AssertionError(f"unexpected command (no rule in the test's Script): {list(argv)}")
 
     def ran(self, *prefix: str) -> bool:
         return any(c[: len(prefix)] == prefix for c in self.calls)

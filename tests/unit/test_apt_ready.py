@@ -8,15 +8,17 @@ the real thing on lab hosts.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import apt_ready  # plugins/modules/apt_ready.py (on pytest's pythonpath)
 import pytest
-from apt_fakes import Failed, FakeModule, Script
+from apt_fakes import CLEAN, UPDATE_OK, Failed, FakeModule, Script
 
 MIRROR = "http://172.18.0.2:8080/stable/deb/amd64"
+CONFIGURE = ("dpkg", "--force-confdef", "--force-confold", "--configure", "-a")
 UPDATE_UNREACHABLE = f"""\
 Hit:1 http://deb.debian.org/debian bookworm InRelease
 Err:2 {MIRROR}  InRelease
@@ -121,6 +123,49 @@ def test_freshness(
     assert why in reason
 
 
+# The documented rule (DOCUMENTATION, "Freshness"): fresh while the last successful update is
+# *younger* than valid_time, with the same digest of the source and keyring files.
+VALID = 3600
+STAMP_TIME = 1_000_000.0
+FRESH_AT = "fresh: updated successfully {} s ago, sources unchanged"
+STALE_AT = "the last successful update is {} s old (valid_time 3600)"
+CHANGED = "the apt sources or keys changed since the last successful update"
+
+
+@pytest.mark.parametrize(
+    ("age", "fresh", "reason"),
+    [
+        (0, True, FRESH_AT.format(0)),
+        (VALID - 1, True, FRESH_AT.format(3599)),
+        (VALID - 0.5, True, FRESH_AT.format(3599)),
+        (VALID, False, STALE_AT.format(3600)),
+        (VALID + 1, False, STALE_AT.format(3601)),
+        (-1, False, STALE_AT.format(-1)),
+    ],
+    ids=["age-0", "valid_time-1", "just-under", "valid_time", "valid_time+1", "clock-went-back"],
+)
+def test_freshness_boundary(age: float, fresh: bool, reason: str) -> None:
+    stamp = {"digest": "d", "time": STAMP_TIME}
+    assert apt_ready.freshness(stamp, "d", STAMP_TIME + age, VALID, True) == (fresh, reason)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "digest", "lists", "reason"),
+    [
+        ({"digest": "d", "time": STAMP_TIME}, "e", True, CHANGED),
+        ({"time": STAMP_TIME}, "d", True, CHANGED),
+        ({}, "d", True, "no record of a successful apt-get update by gpuprov"),
+        (None, "d", True, "no record of a successful apt-get update by gpuprov"),
+        ({"digest": "d", "time": STAMP_TIME}, "d", False, "no package lists on the host"),
+    ],
+    ids=["digest-changed", "digest-missing", "empty-stamp", "no-stamp", "no-lists"],
+)
+def test_freshness_is_stale_at_age_0_when(
+    stamp: dict[str, Any] | None, digest: str, lists: bool, reason: str
+) -> None:
+    assert apt_ready.freshness(stamp, digest, STAMP_TIME, VALID, lists) == (False, reason)
+
+
 def test_sources_digest_depends_on_content_not_order() -> None:
     a = [("/a", b"1"), ("/b", b"2")]
     assert apt_ready.sources_digest(a) == apt_ready.sources_digest(list(reversed(a)))
@@ -151,6 +196,8 @@ def test_interrupted_dpkg_is_repaired_and_holds_kept(tmp_path: Path) -> None:
             (("dpkg", "--audit"), 0, ""),
             (("apt-mark", "showhold"), 0, "docker.io\nnvidia-smi\n"),
             (("apt-mark", "showhold"), 0, "docker.io\n"),
+            (CONFIGURE, 0, ""),
+            (("apt-mark", "hold", "nvidia-smi"), 0, "nvidia-smi set on hold.\n"),
         ]
     )
     module = FakeModule(update="never")
@@ -175,7 +222,7 @@ def test_interrupted_dpkg_is_repaired_and_holds_kept(tmp_path: Path) -> None:
 
 
 def test_clean_dpkg_is_left_alone(tmp_path: Path) -> None:
-    script = Script([])
+    script = Script(CLEAN)
     result = _ready(tmp_path, FakeModule(update="never"), script).main()
     assert result["repaired"] is False
     assert result["changed"] is False
@@ -183,7 +230,9 @@ def test_clean_dpkg_is_left_alone(tmp_path: Path) -> None:
 
 
 def test_check_mode_repairs_nothing(tmp_path: Path) -> None:
-    script = Script([(("dpkg", "--audit"), 0, "half configured: x\n")])
+    script = Script(
+        [(("dpkg", "--audit"), 0, "half configured: x\n"), (("apt-mark", "showhold"), 0, "")]
+    )
     module = FakeModule(check_mode=True, update="never")
     result = _ready(tmp_path, module, script).main()
     assert result["repaired"] is False
@@ -195,6 +244,8 @@ def test_repair_refuses_when_apt_would_remove_packages(tmp_path: Path) -> None:
     script = Script(
         [
             (("dpkg", "--audit"), 0, "half installed: docker.io\n"),
+            (("apt-mark", "showhold"), 0, ""),
+            (CONFIGURE, 1, "dpkg: error processing package docker.io (--configure)\n"),
             (("apt-get", "-s"), 0, "Remv docker.io [26.1]\n"),
         ]
     )
@@ -207,7 +258,7 @@ def test_repair_refuses_when_apt_would_remove_packages(tmp_path: Path) -> None:
 def test_failed_update_names_the_url_and_leaves_lists_stale(tmp_path: Path) -> None:
     stamp = tmp_path / "stamp.json"
     stamp.write_text(json.dumps({"digest": "old", "time": 0}))
-    script = Script([(("apt-get", "update"), 100, UPDATE_UNREACHABLE)])
+    script = Script([*CLEAN, (("apt-get", "update"), 100, UPDATE_UNREACHABLE)])
     module = FakeModule(stamp=str(stamp), sources={"nvidia_container_toolkit_apt_repo_url": MIRROR})
     with pytest.raises(Failed) as failed:
         _ready(tmp_path, module, script).main()
@@ -219,23 +270,141 @@ def test_failed_update_names_the_url_and_leaves_lists_stale(tmp_path: Path) -> N
 
 
 def test_successful_update_is_remembered_until_sources_change(tmp_path: Path) -> None:
-    script = Script([])
+    script = Script([*CLEAN, UPDATE_OK])
     obj = _ready(tmp_path, FakeModule(), script)
     assert obj.main()["updated"] is True
     assert script.calls.count(tuple(script.calls[-1])) == 1
-    second = _ready(tmp_path, FakeModule(), Script([])).main()
+    second = _ready(tmp_path, FakeModule(), Script(CLEAN)).main()  # no apt-get update
     assert second["updated"] is False
     assert second["update_reason"].startswith("fresh")
     (tmp_path / "sources" / "nvidia.sources").write_text("URIs: x\n")
-    third = _ready(tmp_path, FakeModule(), Script([])).main()
+    third = _ready(tmp_path, FakeModule(), Script([*CLEAN, UPDATE_OK])).main()
     assert third["updated"] is True
     assert "changed" in third["update_reason"]
 
 
+class Clock:
+    """apt_ready's `time` module with a settable time.time() (the rest is the real module)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock(STAMP_TIME)
+    monkeypatch.setattr(apt_ready, "time", fake)
+    return fake
+
+
+def _updated(tmp_path: Path, **params: Any) -> Any:
+    """A successful update (update: auto, no stamp yet) at the clock's time; the module."""
+    obj = _ready(tmp_path, FakeModule(**params), Script([*CLEAN, UPDATE_OK]))
+    assert obj.main()["updated"] is True
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("age", "updates", "reason"),
+    [
+        (VALID - 1, False, FRESH_AT.format(3599)),
+        (VALID, True, STALE_AT.format(3600)),
+    ],
+    ids=["valid_time-1-fresh", "valid_time-stale"],
+)
+def test_auto_update_runs_from_valid_time_on(
+    tmp_path: Path, clock: Clock, age: int, updates: bool, reason: str
+) -> None:
+    _updated(tmp_path, valid_time=VALID)
+    stamp = tmp_path / "stamp.json"
+    assert json.loads(stamp.read_text())["time"] == STAMP_TIME
+    clock.now = STAMP_TIME + age
+    # The strict script: a fresh run that ran apt-get update would fail on the command.
+    script = Script([*CLEAN, UPDATE_OK] if updates else CLEAN)
+    result = _ready(tmp_path, FakeModule(valid_time=VALID), script).main()
+    assert (result["updated"], result["update_reason"]) == (updates, reason)
+    assert script.ran("apt-get", "update") is updates
+    assert json.loads(stamp.read_text())["time"] == (clock.now if updates else STAMP_TIME)
+
+
+@pytest.mark.parametrize(
+    ("path", "stale"),
+    [
+        ("etc/apt/sources.list", True),
+        ("etc/apt/sources.list.d/nvidia.list", True),
+        ("etc/apt/sources.list.d/nvidia.sources", True),
+        ("etc/apt/keyrings/nvidia.asc", True),
+        ("etc/apt/trusted.gpg.d/old.gpg", True),
+        ("usr/share/keyrings/gpuprov-nvidia.gpg", True),
+        ("etc/apt/sources.list.d/nvidia.list.save", False),  # apt reads no such file
+    ],
+    ids=["sources.list", "list", "sources", "keyring", "trusted.gpg.d", "gpuprov-key", "save"],
+)
+def test_a_changed_source_or_key_file_makes_the_lists_stale(
+    tmp_path: Path, clock: Clock, path: str, stale: bool
+) -> None:
+    root = tmp_path / "root"
+    changed = root / path
+    changed.parent.mkdir(parents=True)
+    changed.write_bytes(b"before")
+    globs = tuple((f"{root}{d}", pattern) for d, pattern in apt_ready.SOURCE_GLOBS)
+
+    def run(script: Script) -> dict[str, Any]:
+        obj = _ready(tmp_path, FakeModule(), script)
+        obj.source_globs = globs  # the module's own globs, under the test's root
+        result: dict[str, Any] = obj.main()
+        return result
+
+    assert run(Script([*CLEAN, UPDATE_OK]))["updated"] is True  # no stamp yet
+    clock.now += 1
+    changed.write_bytes(b"after")
+    # The strict script: a fresh run that ran apt-get update would fail on the command.
+    result = run(Script([*CLEAN, UPDATE_OK] if stale else CLEAN))
+    assert (result["updated"], result["update_reason"]) == (
+        (True, CHANGED) if stale else (False, FRESH_AT.format(1))
+    )
+
+
+@pytest.mark.parametrize(
+    ("rc", "output"),
+    [(100, UPDATE_UNREACHABLE), (0, UPDATE_UNREACHABLE)],
+    ids=["failed", "partial-rc-0"],
+)
+def test_a_failed_update_removes_a_fresh_stamp(
+    tmp_path: Path, clock: Clock, rc: int, output: str
+) -> None:
+    _updated(tmp_path)
+    stamp = tmp_path / "stamp.json"
+    clock.now += 1
+    script = Script([*CLEAN, (("apt-get", "update"), rc, output)])
+    with pytest.raises(Failed) as failed:
+        _ready(tmp_path, FakeModule(update="always"), script).main()
+    assert "The package lists are not marked fresh" in failed.value.result["msg"]
+    assert not stamp.exists()
+    again = _ready(tmp_path, FakeModule(), Script([*CLEAN, UPDATE_OK])).main()
+    assert (again["updated"], again["update_reason"]) == (
+        True,
+        "no record of a successful apt-get update by gpuprov",
+    )
+
+
+def test_the_fake_runner_refuses_an_undeclared_command() -> None:
+    script = Script(CLEAN)
+    assert script(["dpkg", "--audit"]) == (0, "", "")
+    with pytest.raises(AssertionError, match=r"unexpected command .*\['apt-get', 'update'\]"):
+        script(["apt-get", "update"])
+
+
 def test_missing_package_triggers_one_refresh_then_fails(tmp_path: Path) -> None:
     fresh_stamp = tmp_path / "stamp.json"
-    script = Script([(("apt-cache", "policy"), 0, POLICY)])
-    obj = _ready(tmp_path, FakeModule(), Script([]))
+    script = Script([*CLEAN, UPDATE_OK, (("apt-cache", "policy"), 0, POLICY)])
+    obj = _ready(tmp_path, FakeModule(), Script([*CLEAN, UPDATE_OK]))
     obj.main()  # a successful update: lists fresh
     module = FakeModule(
         stamp=str(fresh_stamp),
@@ -251,9 +420,11 @@ def test_missing_package_triggers_one_refresh_then_fails(tmp_path: Path) -> None
 
 
 def test_missing_package_found_after_the_refresh(tmp_path: Path) -> None:
-    _ready(tmp_path, FakeModule(), Script([])).main()
+    _ready(tmp_path, FakeModule(), Script([*CLEAN, UPDATE_OK])).main()
     script = Script(
         [
+            *CLEAN,
+            UPDATE_OK,
             (("apt-cache", "policy"), 0, "x:\n  Candidate: (none)\n"),
             (("apt-cache", "policy"), 0, "x:\n  Candidate: 1.0\n"),
         ]
@@ -266,6 +437,8 @@ def test_missing_package_found_after_the_refresh(tmp_path: Path) -> None:
 def test_download_error_names_full_disk(tmp_path: Path) -> None:
     script = Script(
         [
+            *CLEAN,
+            UPDATE_OK,  # no stamp yet: the lists are refreshed first
             (("apt-cache", "policy"), 0, "x:\n  Candidate: 1.0\n"),
             (
                 ("apt-get", "install"),
@@ -300,6 +473,10 @@ def test_a_half_installed_package_is_reinstalled(tmp_path: Path) -> None:
             (("dpkg", "--audit"), 0, ""),  # after the reinstall
             (("dpkg-query", "-W"), 0, "ii  bash\niHR docker.io\n"),
             (("apt-mark", "showhold"), 0, "docker.io\n"),
+            (CONFIGURE, 1, "dpkg: error processing package docker.io (--configure)\n"),
+            (("apt-get", "-s", "-f", "install"), 0, "Inst docker.io (20.10.24 Debian:12/stable)\n"),
+            (("apt-get", "-y"), 100, "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"),
+            (("apt-get", "install", "-y", "--reinstall"), 0, "Setting up docker.io\n"),
         ]
     )
     module = FakeModule(update="never")
@@ -314,7 +491,17 @@ def test_a_half_installed_package_is_reinstalled(tmp_path: Path) -> None:
 
 def test_a_package_that_stays_broken_is_named(tmp_path: Path) -> None:
     mess = "The following packages are in a mess due to serious problems during\n docker.io\n"
-    script = Script([(("dpkg", "--audit"), 0, mess), (("dpkg-query", "-W"), 0, "iHR docker.io\n")])
+    script = Script(
+        [
+            (("dpkg", "--audit"), 0, mess),
+            (("apt-mark", "showhold"), 0, ""),
+            (CONFIGURE, 1, "dpkg: error processing package docker.io (--configure)\n"),
+            (("apt-get", "-s", "-f", "install"), 0, ""),
+            (("apt-get", "-y"), 100, "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"),
+            (("dpkg-query", "-W"), 0, "iHR docker.io\n"),
+            (("apt-get", "install", "-y", "--reinstall"), 100, "E: dpkg was interrupted\n"),
+        ]
+    )
     with pytest.raises(Failed) as failed:
         _ready(tmp_path, FakeModule(update="never"), script).main()
     assert "Packages left half-installed: docker.io." in failed.value.result["msg"]
@@ -809,3 +996,35 @@ def test_a_failure_without_an_error_line_says_so(tmp_path: Path) -> None:
         "apt exited with 100 and printed no E: line (see stdout and stderr)."
         in (failed.value.result["msg"])
     )
+
+
+# --- stale_keys: report (a key that rotated at its URL is fetched again by the role) ---------
+
+
+def _sig(kind: str = "signature") -> dict[str, Any]:
+    return {"url": "http://mirror/stable/deb/amd64", "kind": kind, "reason": "NO_PUBKEY AB12"}
+
+
+def _key(managed: bool, variable: str | None = "nvidia_container_toolkit_apt_gpg_key_url"):
+    return {"key": "AB12", "status": "NO_PUBKEY", "managed": managed, "key_variable": variable}
+
+
+def test_stale_managed_keys_names_the_key_variable_when_only_our_keyring_failed() -> None:
+    fields = {"failed_sources": [_sig(), _sig()], "missing_keys": [_key(True), _key(True)]}
+    assert apt_ready.stale_managed_keys(fields) == ["nvidia_container_toolkit_apt_gpg_key_url"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        # a keyring the role does not write: someone else's key, not ours to fetch
+        {"failed_sources": [_sig()], "missing_keys": [_key(False, None)]},
+        # our key and a mirror that did not answer: the fetch error must stop the run
+        {"failed_sources": [_sig(), _sig("fetch")], "missing_keys": [_key(True)]},
+        {"failed_sources": [_sig("not_valid_yet")], "missing_keys": []},
+        {"failed_sources": [], "missing_keys": []},
+        {},
+    ],
+)
+def test_stale_managed_keys_is_empty_when_anything_else_failed(fields: dict[str, Any]) -> None:
+    assert apt_ready.stale_managed_keys(fields) == []

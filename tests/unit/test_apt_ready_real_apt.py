@@ -293,3 +293,34 @@ def test_a_good_repository_updates(tmp_path: Path, repos: Repos) -> None:
     obj.source_globs = ()
     assert obj.main()["updated"] is True
     assert apt.outputs[-1][0] == 0
+
+
+def test_a_rotated_key_is_reported_not_failed_with_stale_keys_report(
+    tmp_path: Path, repos: Repos
+) -> None:
+    """stale_keys: report (the toolkit role's first update): real apt's NO_PUBKEY for the
+    role's own keyring ends the module without failing, naming the key URL variable, so the
+    role's repository task fetches the key again; the lists are not marked fresh."""
+    apt = RealApt(tmp_path / "apt")
+    keyring = repos.root / "a.gpg"
+    apt.source("test.sources", _deb822(repos.uri("rotated"), keyring))
+    module = FakeModule(
+        repair=False,
+        update="always",
+        stamp=str(tmp_path / "stamp"),
+        sources={"test_repo_url": repos.uri("rotated"), "test_key_url": "http://keys.invalid/k"},
+        keyrings={"test_key_url": str(keyring)},
+        stale_keys="report",
+    )
+    obj = apt_ready.AptReady(module, run=apt)
+    obj.apt_lists = str(apt.lists)
+    obj.etc_apt = str(apt.etc)
+    obj.source_globs = ()
+    result = obj.main()
+    assert apt.outputs[-1][0] == 100  # apt itself failed
+    assert result["stale_keys"] == ["test_key_url"]
+    assert result["updated"] is False
+    assert not (tmp_path / "stamp").exists()
+    (warning,) = module.warnings
+    assert f"NO_PUBKEY {repos.ids['b']}" in warning
+    assert "The role fetches the key again (test_key_url)" in warning
