@@ -11,9 +11,12 @@ Environment:
     GPUPROV_LAB_KEEP   1: leave the lab up after the session (faster reruns;
                        `scripts/lab.py --lab NAME down` removes it)
 
-Without a Docker engine the lab tests are skipped. One lab per session; the
-fixture yields a `Lab` with `ssh()`, `ansible()`, `ansible_playbook()` and the
-hostvars/groups read back from the generated inventory.
+Without a Docker engine the lab tests fail (error), naming `make prereqs`: a lab run
+that runs nothing must not pass. For the same reason a lab session fails when a lab test
+skipped for a reason that tests/lab/lab_skips.py does not declare for its environment
+(the unit run, `-m "not lab"`, selects no lab test and is not affected). One lab per
+session; the fixture yields a `Lab` with `ssh()`, `ansible()`, `ansible_playbook()` and
+the hostvars/groups read back from the generated inventory.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import pytest
 from gpuprov_lab import ansible_inventory
 from gpuprov_lab.inventory import ssh_argv
 from gpuprov_lab.site import ansible_env, ansible_tool, log_run, vault_password_file
+from lab_skips import skip_reason, unexpected_skips
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_PY = REPO / "scripts" / "lab.py"
@@ -183,6 +187,11 @@ FIRST_MODULES = ("test_site.py",)
 # need the whole lab converged), then test_lab_ops.py replaces and re-publishes hosts, losing
 # their provisioning.
 LAST_MODULES = ("test_faults.py", "test_lab_ops.py")
+# The collected tests marked `lab` (their ids), and those of them that skipped, as (test id,
+# reason): judged at the end of the session (pytest_sessionfinish). A test's keywords would
+# not do: they hold its directory's name, "lab", too.
+LAB_TESTS: set[str] = set()
+SKIPPED: list[tuple[str, str]] = []
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -194,6 +203,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+            LAB_TESTS.add(item.nodeid)
 
     def rank(item: pytest.Item) -> int:
         name = item.path.name
@@ -204,6 +214,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return len(FIRST_MODULES)
 
     items.sort(key=rank)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and report.nodeid in LAB_TESTS and not hasattr(report, "wasxfail"):
+        SKIPPED.append((report.nodeid, skip_reason(report.longrepr)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a lab session in which a lab test skipped for an undeclared reason (lab_skips)."""
+    if unexpected_skips(SKIPPED, os.environ) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    unexpected = unexpected_skips(SKIPPED, os.environ)
+    if not unexpected:
+        return
+    terminalreporter.write_sep("=", "lab tests skipped for undeclared reasons", red=True)
+    for test, reason in unexpected:
+        terminalreporter.write_line(f"{test}: {reason}")
+    terminalreporter.write_line(
+        "A lab run that skips proves nothing: fix the cause, or declare the skip in "
+        "tests/lab/lab_skips.py with the condition under which it is expected (the session "
+        "fails)."
+    )
 
 
 def _docker_available() -> bool:
@@ -229,7 +264,11 @@ def _read_inventory(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, li
 def lab() -> Iterator[Lab]:
     """Bring up the lab (name and hosts from GPUPROV_LAB_*), yield it, take it down."""
     if not _docker_available():
-        pytest.skip("no Docker engine (apt-get install docker.io && dockerd &)")
+        pytest.fail(
+            "no Docker engine answers `docker version`: the lab tests need one; `make prereqs` "
+            "installs and starts it (Debian, root)",
+            pytrace=False,
+        )
     name = os.environ.get("GPUPROV_LAB_NAME", "gpuprov-test")
     hosts = os.environ.get("GPUPROV_LAB_HOSTS", "default")
     keep = os.environ.get("GPUPROV_LAB_KEEP", "") == "1"

@@ -43,6 +43,15 @@ PYTORCH = REPO / "playbooks" / "pytorch.yml"
 PLAN = REPO / "playbooks" / "plan.yml"
 USER = "gpuprov-train"  # dist_launch_user's default
 L5 = "/opt/gpuprov/launch/l5_launch.py"
+EXIT_UNREACHABLE = 3  # gpuprov-launch: a host failed the SSH probe, no rank was started
+# The lab installs torch 2.13.0+cpu from the controller's offline wheelhouse (pip's find-links
+# directory, copied to the hosts by scripts/lab.py up): without it nothing here can run.
+NO_WHEELHOUSE = (
+    "the lab has no wheelhouse: `scripts/lab.py up` found no directory of wheels among pip's "
+    "find-links (`pip config list`). Put the wheel of torch 2.13.0+cpu for Python 3.11 in a "
+    "directory and `pip config set global.find-links DIR`: the lab fixture's `scripts/lab.py up` "
+    "copies it to the hosts"
+)
 RECAP = re.compile(
     r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
 )
@@ -85,7 +94,7 @@ def launch_hosts(lab: Any) -> list[str]:
     if len(hosts) < 2:
         pytest.skip("needs two bookworm hosts (the launch group)")
     if not lab.hosts[hosts[0]].get("lab_wheelhouse"):
-        pytest.skip("the lab has no wheelhouse (scripts/lab.py up --wheelhouse DIR)")
+        pytest.fail(NO_WHEELHOUSE, pytrace=False)
     return hosts
 
 
@@ -210,9 +219,16 @@ def test_node_exporter_serves_gpuprov_metrics_to_the_controller(
 
 
 def test_a_stopped_host_fails_both_launchers_fast_and_named(
-    lab: Any, launch_hosts: list[str], converged: dict[str, Any]
+    lab: Any,
+    launch_hosts: list[str],
+    converged: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Stops the last launch host, then starts it again (recreated if its port was taken)."""
+    """Stops the last launch host, then starts it again (recreated if its port was taken).
+
+    Fast by construction, not by a wall-clock threshold (the times are printed): each
+    launcher's SSH probe (a connect timeout) refused to start, exit 3, instead of the job
+    running into its 90 s --timeout (exit 124)."""
     victim = launch_hosts[-1]
     container = lab.hosts[victim]["lab_container"]
     subprocess.run(["docker", "stop", "-t", "2", container], check=True, capture_output=True)
@@ -239,13 +255,18 @@ def test_a_stopped_host_fails_both_launchers_fast_and_named(
         )
     finally:
         lab.start(victim)
+    with capsys.disabled():
+        each = ", ".join(
+            f"{v.get('name')} {v.get('details', {}).get('elapsed_s')}s" for v in doc["layers"]
+        )
+        print(f"\n[launch] l5_launch.py with a host down: {wall:.1f}s ({each})", flush=True)
     assert rc == 1, doc
     address = lab.hosts[victim]["lab_address"]
+    assert {v["details"]["launcher"] for v in doc["layers"]} == {"torchrun", "mpirun"}
     for v in doc["layers"]:
         assert v["status"] == "fail", v
         assert f"host down: {victim} ({address})" in v["reason"], v
-        assert v["details"]["elapsed_s"] < 30, v  # the SSH probe, not a 90 s timeout
-    assert wall < 90, f"l5_launch.py took {wall:.0f}s with a host down"
+        assert v["details"]["rc"] == EXIT_UNREACHABLE, v  # the probe, not the job's timeout
     assert watch.returncode == 1, watch.stdout + watch.stderr
     lines = watch.stdout.splitlines()
     assert any(line.startswith(victim) and "unreachable" in line for line in lines), watch.stdout

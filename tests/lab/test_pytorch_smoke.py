@@ -21,11 +21,22 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from l5_distributed import TIMEOUT_RCS  # scripts/smoke: timeout(1) gave up or killed torchrun
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_VARS = REPO / "inventories" / "lab" / "group_vars" / "all"
 EXTRA = ["-e", f"@{GROUP_VARS / 'pytorch.yml'}", "-e", f"@{GROUP_VARS / 'gpu_smoke.yml'}"]
 JOIN_TIMEOUT = 45  # gpu_smoke_dist_join_timeout in the lab file
+DIST_TIMEOUT = 90  # gpu_smoke_dist_timeout in the lab file
+# The lab installs torch 2.13.0+cpu from the controller's offline wheelhouse (pip's find-links
+# directory, copied to the hosts by scripts/lab.py up): without it nothing here can run.
+NO_WHEELHOUSE = (
+    "the lab has no wheelhouse: `scripts/lab.py up` found no directory of wheels among pip's "
+    "find-links (`pip config list`). Put the wheel of torch 2.13.0+cpu for Python 3.11 in a "
+    "directory and `pip config set global.find-links DIR`: the lab fixture's `scripts/lab.py up` "
+    "copies it to the hosts"
+)
 RECAP = re.compile(
     r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
 )
@@ -43,6 +54,13 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     }
 
 
+def test_the_timeouts_are_the_lab_files():
+    """The bounded-time test below judges L5 against these (runs without a lab)."""
+    lab_vars = yaml.safe_load((GROUP_VARS / "gpu_smoke.yml").read_text())
+    got = (lab_vars["gpu_smoke_dist_join_timeout"], lab_vars["gpu_smoke_dist_timeout"])
+    assert got == (JOIN_TIMEOUT, DIST_TIMEOUT)
+
+
 @pytest.fixture(scope="module")
 def pair(lab):
     """(gpu host, cpu host): bookworm hosts, one with a simulated NVIDIA GPU, one without."""
@@ -52,7 +70,7 @@ def pair(lab):
     if not gpu or not cpu:
         pytest.skip("needs a bookworm GPU-profile host and a bookworm cpu host (preset small)")
     if not lab.hosts[gpu[0]].get("lab_wheelhouse"):
-        pytest.skip("the lab has no wheelhouse (scripts/lab.py up --wheelhouse DIR)")
+        pytest.fail(NO_WHEELHOUSE, pytrace=False)
     return gpu[0], cpu[0]
 
 
@@ -198,8 +216,12 @@ def test_report_collects_the_verdicts(lab, pair, no_torch, reports):
     assert (reports / "fleet.html").exists()
 
 
-def test_a_stopped_host_fails_l5_in_bounded_time(lab, pair, reports):
-    """Runs last: stops the cpu host; L5 on the other host fails after the join timeout."""
+def test_a_stopped_host_fails_l5_in_bounded_time(lab, pair, reports, capsys):
+    """Runs last: stops the cpu host; L5 on the other host fails after the join timeout.
+
+    Bounded by construction, not by a wall-clock threshold (the times are printed): L5 ran
+    under the lab's timeouts, and the rendezvous's own join timeout ended it (its message,
+    and an exit status that is not timeout(1)'s kill)."""
     gpu, cpu = pair
     container = lab.hosts[cpu]["lab_container"]
     subprocess.run(["docker", "stop", "-t", "2", container], check=True, capture_output=True)
@@ -213,6 +235,13 @@ def test_a_stopped_host_fails_l5_in_bounded_time(lab, pair, reports):
     _, v = load(reports, gpu)
     l5 = v["L5"]
     assert l5["status"] == "fail"
+    details = l5["details"]
+    with capsys.disabled():
+        print(
+            f"\n[pytorch_smoke] smoke.yml with a host down: {wall:.1f}s; L5 gave up after "
+            f"{details.get('elapsed_s')}s (join timeout {details.get('join_timeout_s')}s)",
+            flush=True,
+        )
     assert l5["reason"].startswith("the rendezvous timed out: not every host joined")
-    assert l5["details"]["elapsed_s"] < JOIN_TIMEOUT + 30
-    assert wall < 240, f"smoke.yml took {wall:.0f}s with a host down"
+    assert (details["join_timeout_s"], details["timeout_s"]) == (JOIN_TIMEOUT, DIST_TIMEOUT)
+    assert details["rc"] not in TIMEOUT_RCS, l5

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import marshal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fatbin_builders import write_torch
@@ -41,19 +42,38 @@ def test_cache_is_written_then_used(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert first["gpus"][0]["name"] != "edited in cache"
 
 
+# The row of compat/data/gpus.yaml, typed from the file.
+K40M_ROW = {
+    "pci_ids": ["10de:1023"],
+    "compute_capability": "3.5",
+    "architecture": "kepler",
+    "memory_gib": 12,
+}
+
+
+def _gpu(tables: dict[str, Any], name: str) -> dict[str, Any]:
+    (row,) = (g for g in tables["gpus"] if g["name"] == name)
+    return dict(row)
+
+
 def test_corrupt_or_unwritable_cache_falls_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("GPU_COMPAT_NO_CACHE", raising=False)
     compat.data.load_raw()
     cache = next((tmp_path / "gpuprov").glob("matrix-*.marshal"))
     cache.write_bytes(b"\x00garbage")
-    assert compat.data.load_raw()["gpus"]  # re-parsed from YAML and rewritten
-    assert marshal.loads(cache.read_bytes())["format"]  # noqa: S302 - our cache == compat.data.CACHE_FORMAT
+    # Re-parsed from YAML (compat/data/gpus.yaml: Tesla K40m, compute capability 3.5) ...
+    assert K40M_ROW.items() <= _gpu(compat.data.load_raw(), "Tesla K40m").items()
+    # ... and rewritten: a valid cache of format 5 (compat/data.py CACHE_FORMAT) again.
+    doc = marshal.loads(cache.read_bytes())  # noqa: S302 - the cache this test made
+    assert doc["format"] == 5
+    assert K40M_ROW.items() <= _gpu(doc["value"], "Tesla K40m").items()
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # a file: mkdir fails
-    assert compat.data.load_raw()["gpus"]
+    assert K40M_ROW.items() <= _gpu(compat.data.load_raw(), "Tesla K40m").items()
 
 
 def test_editing_a_yaml_file_changes_the_cache_key(tmp_path: Path) -> None:

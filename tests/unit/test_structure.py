@@ -12,11 +12,14 @@ import compat
 from compat.model import ComputeCapability, DriverVersion, describe_driver, major_minor
 
 ROOT = Path(__file__).resolve().parents[2]
+# The largest module (compat/model.py) has 417 lines: a split by concept is due above this.
+MAX_LINES = 420
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "compat").glob("*.py")), ids=lambda p: p.name)
-def test_no_compat_module_is_over_400_lines(path: Path) -> None:
-    assert len(path.read_text().splitlines()) <= 420, f"{path.name}: split it by concept"
+def test_no_compat_module_is_over_420_lines(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.name}: {lines} lines, over {MAX_LINES}: split it by concept"
 
 
 @pytest.mark.parametrize("path", ["compat/cli.py", "plugins/filter/gpu_compat.py"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -250,9 +251,15 @@ def timeout_message(launcher: str, timeout: int, unfinished: Sequence[str]) -> s
     return f"{launcher} did not finish within {timeout}s and was killed; still running on: {names}"
 
 
+def _mentions(text: str, word: str) -> bool:
+    """`word` as a whole name or address in `text` (gpu1 is not in "gpu12", nor 10.0.0.1 in
+    "10.0.0.12"): no letter, digit, dot, dash or underscore on either side."""
+    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-]|\.\w)", text) is not None
+
+
 def name_addresses(text: str, hosts: Sequence[Host]) -> list[str]:
     """Hosts whose address or name a launcher's error output mentions."""
-    return [h.name for h in hosts if h.address in text or h.name in text]
+    return [h.name for h in hosts if _mentions(text, h.address) or _mentions(text, h.name)]
 
 
 # ---------------------------------------------------------------------------

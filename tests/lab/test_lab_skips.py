@@ -1,0 +1,81 @@
+"""The declared lab skips (tests/lab/lab_skips.py), checked without a lab: which reasons each
+environment expects, and that the declarations and the lab modules' pytest.skip calls agree."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import lab_skips
+import pytest
+
+HERE = Path(__file__).resolve().parent
+DECLARED = (*lab_skips.ALWAYS, *lab_skips.KEPT, *lab_skips.OTHER_HOSTS)
+
+
+def skip_calls() -> list[tuple[str, str]]:
+    """(module:line, the literal start of the reason) of every pytest.skip call in tests/lab."""
+    found = []
+    for path in sorted(HERE.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "skip"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "pytest"
+            ):
+                arg = node.args[0]
+                first = arg.values[0] if isinstance(arg, ast.JoinedStr) else arg
+                assert isinstance(first, ast.Constant), f"{path.name}:{node.lineno}"
+                found.append((f"{path.name}:{node.lineno}", str(first.value)))
+    return found
+
+
+def test_every_skip_of_a_lab_module_is_declared() -> None:
+    calls = skip_calls()
+    assert calls, "no pytest.skip found: the scan is broken"
+    undeclared = [(where, text) for where, text in calls if not text.startswith(DECLARED)]
+    assert undeclared == []
+
+
+def test_every_declared_skip_is_in_a_lab_module() -> None:
+    texts = [text for _, text in skip_calls()]
+    stale = [prefix for prefix in DECLARED if not any(t.startswith(prefix) for t in texts)]
+    assert stale == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "allowed"),
+    [
+        ({}, lab_skips.ALWAYS),
+        ({"GPUPROV_LAB_HOSTS": "default", "GPUPROV_LAB_KEEP": "0"}, lab_skips.ALWAYS),
+        ({"GPUPROV_LAB_KEEP": "1"}, (*lab_skips.ALWAYS, *lab_skips.KEPT)),
+        ({"GPUPROV_LAB_HOSTS": "small"}, (*lab_skips.ALWAYS, *lab_skips.OTHER_HOSTS)),
+        (
+            {"GPUPROV_LAB_HOSTS": "lab-a=k40m:bookworm", "GPUPROV_LAB_KEEP": "1"},
+            (*lab_skips.ALWAYS, *lab_skips.KEPT, *lab_skips.OTHER_HOSTS),
+        ),
+    ],
+    ids=["ci", "ci-explicit", "kept", "other-hosts", "kept-other-hosts"],
+)
+def test_expected_skips_follow_the_environment(
+    environ: dict[str, str], allowed: tuple[str, ...]
+) -> None:
+    assert lab_skips.expected_skips(environ) == allowed
+
+
+def test_on_the_default_lab_only_a_failed_converge_may_skip() -> None:
+    skips = [
+        ("test_site.py::test_testinfra_suite_passes", "site.yml did not converge"),
+        ("test_site.py::test_k40m", "the lab has no k40m host (GPUPROV_LAB_HOSTS)"),
+        ("test_site.py::test_check_mode_changes_nothing", "hosts not fresh (docker.io installed "),
+    ]
+    assert lab_skips.unexpected_skips(skips, {}) == skips[1:]
+    assert lab_skips.unexpected_skips(skips, {"GPUPROV_LAB_HOSTS": "small"}) == skips[2:]
+
+
+def test_skip_reason_of_a_report() -> None:
+    where = ("/repo/tests/lab/test_site.py", 170, "Skipped: the lab has no k40m host")
+    assert lab_skips.skip_reason(where) == "the lab has no k40m host"
+    assert lab_skips.skip_reason("Skipped: x") == "x"
