@@ -16,9 +16,12 @@ packages come from the lab's mirror container, a signed stand-in for NVIDIA's re
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -323,6 +326,62 @@ def test_testinfra_suite_passes(
         assert re.search(
             rf"test_driver\.py::\S+\[ansible://{re.escape(host)}\S*\] PASSED", proc.stdout
         ), host
+
+
+def test_fleet_page_of_the_converged_lab_in_a_browser(
+    lab: Lab,
+    report_dir: Path,
+    converged: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`make lab`'s page from this converge's reports, opened in headless Chromium (Debian's
+    chromium, installed by scripts/prereqs.sh test) from file://: after its script ran, every
+    host has its card, every layer that did not pass shows its reason, and nothing was logged
+    to the console. The screenshot is kept as an artifact in .lab/artifacts/."""
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: scripts/prereqs.sh test installs it"
+    argv = [sys.executable, str(REPO / "scripts" / "report.py"), "--reports", str(report_dir)]
+    report = subprocess.run(
+        [*argv, "--inventory", str(lab.inventory), "--html", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    page = (report_dir / "fleet.html").as_uri()
+    fleet = json.loads((report_dir / "fleet.json").read_text(encoding="utf-8"))
+    profile = tmp_path / "chromium-profile"
+    base = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+    base += [f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([*base, "--dump-dom", page], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    logged = [ln for ln in dom.stderr.splitlines() if re.search(r"CONSOLE|Uncaught", ln)]
+    assert logged == []
+    root = re.search(r"<html[^>]*>", dom.stdout)
+    assert root, dom.stdout[:500]
+    assert 'data-js="ready"' in root.group(0)  # the page's script ran to its end
+    assert "data-js-error" not in root.group(0)  # and its error hook caught nothing
+    text = " ".join(re.sub(r"<[^>]+>", " ", dom.stdout).split())
+    for row in fleet["hosts"]:
+        assert f'data-host="{row["host"]}"' in dom.stdout, row["host"]
+        for layer, verdict in row["layers"].items():
+            if verdict["category"] in ("fail", "failopt", "expected"):
+                reason = " ".join(str(verdict["reason"]).split())
+                assert html.escape(reason, quote=False) in text, (row["host"], layer)
+    shot = REPO / ".lab" / "artifacts" / f"{lab.name}-fleet.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [*base, "--hide-scrollbars", "--window-size=1280,2400", f"--screenshot={shot}", page],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    with capsys.disabled():
+        print(f"\n[test_site] fleet page screenshot: {shot}", flush=True)
 
 
 def test_pinned_branch_that_drops_the_gpu_is_refused(
