@@ -185,12 +185,18 @@ def _deb822(uri: str, keyring: Path) -> str:
     return f"Types: deb\nURIs: {uri}\nSuites: /\nSigned-By: {keyring}\n"
 
 
-def _update(tmp_path: Path, apt: RealApt, **params: Any) -> dict[str, Any]:
+def _module(tmp_path: Path, apt: RealApt, **params: Any) -> tuple[FakeModule, Any]:
+    """apt_ready on the throwaway APT root: its lists, its /etc/apt, no source digest."""
     module = FakeModule(repair=False, update="always", stamp=str(tmp_path / "stamp"), **params)
     obj = apt_ready.AptReady(module, run=apt)
     obj.apt_lists = str(apt.lists)
     obj.etc_apt = str(apt.etc)
     obj.source_globs = ()
+    return module, obj
+
+
+def _update(tmp_path: Path, apt: RealApt, **params: Any) -> dict[str, Any]:
+    _, obj = _module(tmp_path, apt, **params)
     with pytest.raises(Failed) as failed:
         obj.main()
     assert not (tmp_path / "stamp").exists()
@@ -304,18 +310,13 @@ def test_a_rotated_key_is_reported_not_failed_with_stale_keys_report(
     apt = RealApt(tmp_path / "apt")
     keyring = repos.root / "a.gpg"
     apt.source("test.sources", _deb822(repos.uri("rotated"), keyring))
-    module = FakeModule(
-        repair=False,
-        update="always",
-        stamp=str(tmp_path / "stamp"),
+    module, obj = _module(
+        tmp_path,
+        apt,
         sources={"test_repo_url": repos.uri("rotated"), "test_key_url": "http://keys.invalid/k"},
         keyrings={"test_key_url": str(keyring)},
         stale_keys="report",
     )
-    obj = apt_ready.AptReady(module, run=apt)
-    obj.apt_lists = str(apt.lists)
-    obj.etc_apt = str(apt.etc)
-    obj.source_globs = ()
     result = obj.main()
     assert apt.outputs[-1][0] == 100  # apt itself failed
     assert result["stale_keys"] == ["test_key_url"]

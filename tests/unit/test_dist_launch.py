@@ -19,6 +19,7 @@ from pathlib import Path
 import dist_launch as flt  # roles/dist_launch/filter_plugins/dist_launch.py
 import gpuprov_launch as gl  # roles/dist_launch/files/gpuprov_launch.py
 import pytest
+from launch_config import launch_config
 from smoke_modules import smoke
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,21 +128,7 @@ def test_entries_come_from_each_hosts_own_facts_and_name_a_missing_one() -> None
 # ---------------------------------------------------------------------------
 # The wrapper
 
-RAW = {
-    "hosts": [
-        {"name": "a", "address": "10.0.0.1", "slots": 2},
-        {"name": "b", "address": "10.0.0.2", "slots": 3},
-    ],
-    "master_addr": "10.0.0.1",
-    "master_port": 29500,
-    "rdzv_port": 29400,
-    "ifname": "eth0",
-    "mpi_network": "10.0.0.0/24",
-    "hostfile": "/etc/gpuprov/hostfile",
-    "python": "/opt/gpuprov/venv/bin/python",
-    "ssh_connect_timeout": 5,
-    "launcher": "/usr/local/bin/gpuprov-launch",
-}
+RAW = launch_config("a", "b")
 
 
 def test_mpi_environment_maps_to_torch_distributed() -> None:

@@ -20,22 +20,9 @@ from pathlib import Path
 import gpuprov_launch as gl  # roles/dist_launch/files/gpuprov_launch.py
 import l5_launch  # scripts/smoke/l5_launch.py: reads gpuprov-launch's messages
 import pytest
+from launch_config import launch_config
 
-RAW = {
-    "hosts": [
-        {"name": "lab-k40m", "address": "10.0.0.1", "slots": 2},
-        {"name": "lab-m40", "address": "10.0.0.2", "slots": 3},
-    ],
-    "master_addr": "10.0.0.1",
-    "master_port": 29500,
-    "rdzv_port": 29400,
-    "ifname": "eth0",
-    "mpi_network": "10.0.0.0/24",
-    "hostfile": "/etc/gpuprov/hostfile",
-    "python": "/opt/gpuprov/venv/bin/python",
-    "ssh_connect_timeout": 5,
-    "launcher": "/usr/local/bin/gpuprov-launch",
-}
+RAW = launch_config("lab-k40m", "lab-m40")
 NO_ROUTE = "ssh: connect to host 10.0.0.2 port 22: No route to host"
 FAKE_SSH = """#!/bin/sh
 # ssh [-o OPTION]... ADDRESS [COMMAND...]
