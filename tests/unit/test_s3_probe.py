@@ -33,7 +33,11 @@ PROFILE = {
     "host": "lab-k40m",
 }
 AWS = {"name": "aws", "probe_bucket": "b", "region": "", "endpoint_url": ""}  # boto3's defaults
-KEYS = {"access_key": "AKIAEXAMPLE", "secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
+# AWS's documented example key pair (the scan allows this line: a test fixture).
+KEYS = {
+    "access_key": "AKIAEXAMPLE",
+    "secret_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # secret-scan: allow
+}
 
 
 class ClientError(Exception):
