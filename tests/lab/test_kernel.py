@@ -3,7 +3,7 @@
 The tier (`make test-kernel`, marker `kernel`) builds the real nvidia.ko with DKMS for Debian
 12's kernel in lab hosts and boots it in a QEMU TCG VM. Nothing is simulated there: the VM has
 no GPU, which is what the modprobe check relies on. It runs only when GPUPROV_KERNEL_TIER=1
-(set by `make test-kernel`): it takes far longer than CI's lab tests (times in README.md).
+(set by `make test-kernel`): it takes far longer than CI's lab tests (times in docs/benchmarks.md).
 """
 
 from __future__ import annotations
