@@ -100,9 +100,10 @@ lab-status: venv  ## table of the lab's hosts
 check: deps  ## --check --diff against INV
 	$(BIN)/ansible-playbook -i $(INV) $(LAB_VAULT) playbooks/site.yml --check --diff
 
-bench: venv  ## speed ratios (CLI start-up vs bare Python)
+bench: venv  ## speed ratios (CLI start-up vs bare Python; planning 1k vs 10k hosts)
 	$(BIN)/python -m compileall -q compat
 	$(BIN)/python scripts/bench_cli.py
+	$(BIN)/python scripts/bench_plan.py
 
 bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; 4 hosts vs 1)
 	$(BIN)/python scripts/bench_site.py

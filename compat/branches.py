@@ -14,9 +14,11 @@ if TYPE_CHECKING:
 
 def driving_branches(m: Matrix, tgts: list[Target]) -> list[int]:
     """Driver branches in the data that drive every target GPU."""
+    # Identical GPUs (a host's eight A100s) are judged once: drives() reads arch and gpu only.
+    kinds = list({(id(t.arch), id(t.gpu)): t for t in tgts}.values())
     out = []
     for b in m.branches:
-        if all(t.arch is None or drives(b.branch, t) for t in tgts):
+        if all(t.arch is None or drives(b.branch, t) for t in kinds):
             out.append(b.branch)
     return out
 

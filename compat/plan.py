@@ -13,9 +13,18 @@ All driver-branch policy lives here (``playbooks/plan.yml`` only calls it):
 
 The document's schema is in ``docs/design.md`` ("The host plan"); ``SCHEMA_VERSION`` changes
 when a key is removed or changes meaning.
+
+A fleet repeats itself (the same GPUs, pins and branches on many hosts), so the pure queries
+behind a plan (resolution, the driving branches, a pin's verdict) are memoised per matrix on
+their hashable inputs (``_memo``); each plan gets its own copy, so plans share no objects.
+``scripts/bench_plan.py`` measures a fleet; ``tests/unit/test_bench_plan.py`` holds memoised
+plans equal to unmemoised ones.
 """
 
 from __future__ import annotations
+
+import copy
+import weakref
 
 from compat import rules
 from compat.branches import branch_check, driving_branches, parse_branch
@@ -26,9 +35,15 @@ from compat.resolution import check, resolve
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 SCHEMA_VERSION = 1
+# Entries kept per matrix (about 4 KB each; when full, the table starts again); 0: no memo.
+MEMO_SIZE = 8192
+_MEMO: weakref.WeakKeyDictionary[Matrix, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
 
 
 def plan_host(
@@ -53,8 +68,9 @@ def plan_host(
     who = host or "this host"
     unknown = [g for g in gpus if not g.get("compute_capability")]
     queries = [_query(m, g) for g in gpus if g.get("compute_capability")]
-    tgts = targets(m, queries)
-    allowed = driving_branches(m, tgts)
+    allowed = list(
+        _memo(m, ("allowed", *queries), lambda: driving_branches(m, targets(m, queries)))
+    )
     names = ", ".join(str(g.get("name") or "unknown") for g in gpus)
 
     refused = _refusals(m, gpus, unknown, queries, pin, expect_gpu, who, names, sysfs_root)
@@ -147,7 +163,7 @@ def _refusals(
             "or add the GPU to compat/data/gpus.yaml with a source"
         ]
     if pin is not None:
-        verdict = branch_check(m, pin, queries)
+        verdict = _memo(m, ("branch_check", pin, *queries), lambda: branch_check(m, pin, queries))
         if not verdict["ok"]:
             return [
                 f"nvidia_driver_branch={pin} does not drive every GPU of {who} ({names}): "
@@ -165,7 +181,22 @@ def _resolve(
     python: str | None,
     channel: str | None,
 ) -> dict[str, Any]:
-    """``resolve``, or ``check`` of the pinned torch made to look like a plan."""
+    """``resolve``, or ``check`` of the pinned torch made to look like a plan (a copy of the
+    memoised answer: the caller completes it)."""
+    key = ("resolve", torch_pin, driver, python, channel, *queries)
+    found = _memo(m, key, lambda: _resolve_now(m, queries, torch_pin, driver, python, channel))
+    answer: dict[str, Any] = _copy(found)
+    return answer
+
+
+def _resolve_now(
+    m: Matrix,
+    queries: list[str],
+    torch_pin: str | None,
+    driver: str | None,
+    python: str | None,
+    channel: str | None,
+) -> dict[str, Any]:
     if torch_pin is None:
         return resolve(m, queries, driver=driver, python=python, channel=channel)
     verdict = check(m, queries, torch_pin, driver=driver, python=python, channel=channel)
@@ -178,6 +209,39 @@ def _resolve(
     verdict["container"] = None
     verdict["notes"] = []
     return verdict
+
+
+def _memo(m: Matrix, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+    """``compute()``, remembered for ``m`` (a matrix is not changed once built) under ``key``
+    when every part of the key is None, an int or a str (so that equal keys are equal inputs:
+    no 1 == 1.0 == True). The caller must not change what it gets: copy it first."""
+    if MEMO_SIZE <= 0 or not all(p is None or type(p) in (str, int) for p in key):
+        return compute()
+    table = _MEMO.get(m)
+    if table is None:
+        table = _MEMO[m] = {}
+    try:
+        found: T = table[key]
+    except KeyError:
+        if len(table) >= MEMO_SIZE:
+            table.clear()
+        found = table[key] = compute()
+    return found
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of a JSON-like answer (dicts, lists, tuples, scalars): copy.deepcopy's result
+    at a fraction of its cost; anything else goes through copy.deepcopy."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
+    if kind in (str, int, bool, float) or value is None:
+        return value
+    if kind is tuple:
+        return tuple(_copy(v) for v in value)
+    return copy.deepcopy(value)
 
 
 def _pinned_unknown(

@@ -74,10 +74,27 @@ def ptx_runs_on(entry: str, cc: CC) -> bool:
     return cc >= (major, minor)
 
 
+_COVERAGE: dict[tuple[tuple[str, ...], tuple[str, ...], CC], tuple[str, str] | None] = {}
+
+
 def coverage(sass: tuple[str, ...], ptx: tuple[str, ...], cc: CC) -> tuple[str, str] | None:
     """How a build with these entries runs on ``cc``: ``("sass", entry)``, ``("ptx", entry)``
     or None when it carries no kernel image for it. SASS wins over PTX; the best SASS is the
-    one closest to the GPU's capability."""
+    one closest to the GPU's capability. (Memoised: planning a fleet asks about the same few
+    hundred builds and capabilities again and again.)"""
+    key = (sass, ptx, cc)
+    try:
+        return _COVERAGE[key]
+    except KeyError:
+        if len(_COVERAGE) >= 4096:
+            _COVERAGE.clear()
+        found = _COVERAGE[key] = _coverage(sass, ptx, cc)
+        return found
+    except TypeError:  # lists instead of tuples: not hashable, nothing remembered
+        return _coverage(sass, ptx, cc)
+
+
+def _coverage(sass: tuple[str, ...], ptx: tuple[str, ...], cc: CC) -> tuple[str, str] | None:
     runs = [e for e in sass if sass_runs_on(e, cc)]
     if runs:
         return "sass", max(runs, key=lambda e: parse_arch(e)[1])
