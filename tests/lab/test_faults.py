@@ -18,7 +18,7 @@ running container (`keeper`, restart policy unless-stopped).
 Each case ends with the host's testinfra modules of the driver, Docker and the toolkit
 passing (`tests/infra`). The table (fault, first run, re-run) is printed at the end of the
 module. The cases are marked `faults` (and `lab`); CI's `make test-lab` runs them after the
-other lab modules, before test_lab_ops.py (about 13 min for the thirteen on the 2-core
+other lab modules, before test_lab_ops.py (about 6 min for the thirteen on the 2-core
 machine), and `make test-faults` runs them alone on a lab.
 """
 
