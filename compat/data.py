@@ -15,7 +15,6 @@ from __future__ import annotations
 import marshal
 import os
 import sys
-import zlib
 
 from compat import __version__
 from compat.model import (
@@ -119,9 +118,19 @@ def _stamp(files: Sequence[str | Path], kind: str, code: str) -> str | None:
     return "\n".join(stamp)
 
 
+def _fnv1a(text: str) -> int:
+    """32-bit FNV-1a of ``text``: the cache file's name. Pure Python on purpose: importing
+    zlib for its crc32 (an extension module) cost more start-up than hashing a stamp of a few
+    hundred bytes here (scripts/bench_cli.py)."""
+    value = 0x811C9DC5
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
 def _path(kind: str, stamp: str) -> str:
-    # The entry holds its whole stamp, so that two stamps with one crc32 are only a miss.
-    key = zlib.crc32(stamp.encode()) & 0xFFFFFFFF
+    # The entry holds its whole stamp, so that two stamps with one key are only a miss.
+    key = _fnv1a(stamp)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "gpuprov", f"{kind}-{key:08x}.marshal")
 

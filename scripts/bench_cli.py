@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # What `pip install .` builds gpuprov from (pyproject.toml: the package, its data, the readme).
-BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "compat")
+BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "bin", "compat")
 
 
 def _time(cmd: list[str], env: dict[str, str]) -> float:

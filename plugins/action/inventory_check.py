@@ -17,9 +17,10 @@ hosts. Every problem is one line: ``host: variable = value: what is allowed``.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")
+FINGERPRINT_RE = re.compile(r"^(0[xX])?([0-9A-Fa-f]{40}|[0-9A-Fa-f]{64})$")
 VARIANT_RE = re.compile(r"^(cpu|cu\d{2,3}|rocm[\d.]+)$")
 # Facts that plays set and later plays read: carry a role prefix, set by no inventory.
 RUNTIME_FACTS = frozenset(
@@ -62,6 +64,7 @@ class Spec:
     choices: tuple[Any, ...] = ()
     nullable: bool = False
     rules: Mapping[str, Any] = field(default_factory=dict)
+    default: Any = None  # the argument spec's default, untemplated
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ def load_specs(roles_dir: Path) -> dict[str, Spec]:
                 elements=opt.get("elements"),
                 choices=tuple(opt.get("choices") or ()),
                 nullable=opt.get("default", "") is None,
+                default=opt.get("default"),
             )
     return table
 
@@ -120,6 +124,7 @@ def build_table(
             choices=s.choices,
             nullable=s.nullable,
             rules=dict(rules.get(name, {})),
+            default=s.default,
         )
         for name, s in table.items()
     }
@@ -171,6 +176,19 @@ def _type_ok(kind: str, value: Any) -> bool:
     return True
 
 
+HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*$"
+)
+
+
+def _address_ok(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return bool(HOSTNAME_RE.match(text)) and not text.replace(".", "").isdigit()
+    return True
+
+
 def check_value(spec: Spec, value: Any) -> str | None:
     """What is wrong with `value` for `spec`, as "allowed: ..." text; None when it is fine."""
     if value is None:
@@ -201,6 +219,17 @@ def check_value(spec: Spec, value: Any) -> str | None:
             bad = [i for i in items if not URL_RE.match(str(i))]
             if bad:
                 return f"{show(bad)} have no scheme; allowed: URLs such as https://host/path"
+        for key in map(str, rules.get("url_keys") or ()):
+            bad = [
+                i[key]
+                for i in items
+                if isinstance(i, Mapping) and i.get(key) and not URL_RE.match(str(i[key]))
+            ]
+            if bad:
+                return (
+                    f"{key} {show(bad)} has no scheme; allowed: a URL such as "
+                    f"https://host:port (or no {key})"
+                )
         return None
     if spec.choices and value not in spec.choices:
         return "allowed: " + ", ".join(map(str, spec.choices))
@@ -222,6 +251,16 @@ def check_value(spec: Spec, value: Any) -> str | None:
             return "allowed: an absolute path on the host or a URL with a scheme (or empty)"
         if rules.get("nonempty") and not text:
             return "empty; allowed: a non-empty string"
+        if rules.get("address") and text and not _address_ok(text):
+            return (
+                "is not an address; allowed: an IP address or a host name, without a port "
+                "(the port has its own variable)"
+            )
+        if rules.get("fingerprint") and text and not FINGERPRINT_RE.match("".join(text.split())):
+            return (
+                "is not an OpenPGP fingerprint; allowed: 40 hex digits (v4 key) or 64 (v6), "
+                "spaces allowed, or empty (no pin)"
+            )
     if spec.type == "dict" and rules.get("keys"):
         bad = [k for k in map(str, value) if k.upper() not in {str(x) for x in rules["keys"]}]
         if bad:
@@ -341,6 +380,78 @@ def _check_expected(expected: Mapping[str, Any], matrix: Matrix) -> list[tuple[s
 # one host, all hosts
 
 
+@dataclass(frozen=True)
+class Shared:
+    """The rules the roles apply themselves, as the same filters (plugins/filter)."""
+
+    secret_problems: Callable[..., list[str]]  # gpuprov_secret_problems
+    is_loopback: Callable[[Any], bool]  # gpuprov_is_loopback
+    serving_ports: Mapping[str, Sequence[str]]  # model_serving's _model_serving_port_variables
+
+
+def serving_port_variables(roles_dir: Path) -> dict[str, list[str]]:
+    """model_serving's stacks -> their port variables, from the role's vars (one list)."""
+    doc = yaml.safe_load((roles_dir / "model_serving" / "vars" / "main.yml").read_text())
+    return {str(k): [str(v) for v in vs] for k, vs in doc["_model_serving_port_variables"].items()}
+
+
+def check_cross(
+    values: Mapping[str, Any], table: Mapping[str, Spec], shared: Shared
+) -> list[tuple[str, Any, str]]:
+    """Rules over several variables of one host (``values``: the valid ones the inventory
+    sets; the roles' defaults fill the rest): (variable, value, problem)."""
+
+    def get(name: str) -> Any:
+        return values[name] if name in values else table[name].default if name in table else None
+
+    found: list[tuple[str, Any, str]] = []
+    notebook = get("jupyterlab_method") != "none"
+    if notebook and "jupyterlab_token" in values:
+        problems = shared.secret_problems(
+            values["jupyterlab_token"],
+            "jupyterlab_token",
+            int(get("jupyterlab_token_min_length") or 1),
+            list(get("jupyterlab_token_placeholders") or []),
+        )
+        if problems:
+            found.append(("jupyterlab_token", HIDDEN, "; ".join(problems)))
+    bind = get("jupyterlab_bind_address")
+    if notebook and "jupyterlab_bind_address" in values and not shared.is_loopback(bind):
+        tls = bool(get("jupyterlab_tls_cert")) and bool(get("jupyterlab_tls_key"))
+        if not tls and not get("jupyterlab_allow_plaintext_network"):
+            found.append(
+                (
+                    "jupyterlab_bind_address",
+                    bind,
+                    "opens the notebook server to the network without TLS; allowed: a loopback "
+                    "address, or jupyterlab_tls_cert and jupyterlab_tls_key, or "
+                    "jupyterlab_allow_plaintext_network: true",
+                )
+            )
+    taken: dict[int, str] = {}
+    # The role's own preflight rule: every port of every stack distinct, once any stack is on.
+    ports = [v for names in shared.serving_ports.values() for v in names]
+    for name in ports if get("model_serving_stacks") else []:
+        port = get(name)
+        if not _is_int(port):
+            continue
+        if int(port) in taken:
+            found.append(
+                (
+                    name,
+                    port,
+                    f"also the port of {taken[int(port)]} on this host; allowed: a port no "
+                    "other serving endpoint of the host uses",
+                )
+            )
+        else:
+            taken[int(port)] = name
+    return found
+
+
+HIDDEN = "(not shown)"  # what a secret's line shows instead of it
+
+
 def _prefixes(table: Mapping[str, Spec]) -> tuple[str, ...]:
     return tuple(sorted({s.role + "_" for s in table.values()} | {"gpuprov_"}))
 
@@ -351,6 +462,7 @@ def check_host(
     table: Mapping[str, Spec],
     removed: Iterable[Mapping[str, str]],
     matrix: Matrix | None,
+    shared: Shared | None = None,
 ) -> list[str]:
     """One line per problem of one host's variables (`values`: the host's variables by name)."""
     lines: list[str] = []
@@ -375,10 +487,14 @@ def check_host(
             lines.append(
                 f"{host}: {name} = {show(value)}: no gpuprov role declares this variable{hint}"
             )
+    clean = {n: v for n, v in values.items() if n in table and check_value(table[n], v) is None}
     if matrix is not None:
-        clean = {n: v for n, v in values.items() if n in table and check_value(table[n], v) is None}
         for name, value, problem in check_matrix(clean, matrix):
             lines.append(f"{host}: {name} = {show(value)}: {problem}.")
+    if shared is not None:
+        for name, value, problem in check_cross(clean, table, shared):
+            shown = value if value is HIDDEN else show(value)
+            lines.append(f"{host}: {name} = {shown}: {problem}.")
     return lines
 
 
@@ -439,6 +555,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
             Path(args["roles_dir"]), args.get("extra_types") or {}, args.get("rules") or {}
         )
         matrix = filter_matrix()
+        shared = Shared(
+            _filter("gpuprov_secret_problems"),
+            _filter("gpuprov_is_loopback"),
+            serving_port_variables(Path(args["roles_dir"])),
+        )
         hostvars = task_vars["hostvars"]
         lines: list[str] = []
         checked = 0
@@ -458,7 +579,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
                     # own argument spec checks it when its play runs.
                     deferred.append(f"{host}: {name}")
             checked += len(values)
-            lines += check_host(host, values, table, args.get("removed") or [], matrix)
+            lines += check_host(host, values, table, args.get("removed") or [], matrix, shared)
         result.update(
             changed=False,
             known_variables=len(table),

@@ -1,6 +1,7 @@
 # Copyright: gpuprov contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible filter that judges a secret without revealing it (used by jupyterlab, object_storage)."""
+"""Ansible filters that judge a secret without revealing it (used by jupyterlab, object_storage)
+and whether a bind address keeps a service on the host (jupyterlab; inventory_check)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ _value:
   elements: str
 """
 
+import ipaddress
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -74,6 +76,20 @@ def secret_problems(
     return problems
 
 
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(address: Any) -> bool:
+    """Whether a bind address keeps a service on the host (127.0.0.0/8, ::1, localhost)."""
+    text = str(address or "").strip().strip("[]")
+    if text.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"gpuprov_secret_problems": secret_problems}
+        return {"gpuprov_secret_problems": secret_problems, "gpuprov_is_loopback": is_loopback}

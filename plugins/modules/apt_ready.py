@@ -80,6 +80,16 @@ options:
       - Marks RV(missing_keys) entries as the role's own (C(managed)), with that variable.
     type: dict
     default: {}
+  fingerprints:
+    description:
+      - Key URL variable (a key of O(keyrings)) -> C(variable) (the inventory variable that
+        pins it) and C(value) (an OpenPGP fingerprint, spaces allowed; empty pins nothing).
+        Before any update, the keyring the role wrote from that URL must hold a key (primary
+        or subkey) with that fingerprint; otherwise the keyring is removed, so apt trusts
+        nothing signed by the unexpected key, and the module fails naming both fingerprints.
+        A keyring not there yet (check mode) is not checked.
+    type: dict
+    default: {}
   stale_keys:
     description:
       - C(fail) stops on any signature apt cannot verify. C(report) lets an update whose only
@@ -93,6 +103,17 @@ options:
     description: Seconds to wait for a dpkg or apt lock held by another process.
     type: int
     default: 300
+  state_dir:
+    description:
+      - Where gpuprov_state keeps each role's record of its last converge. An update whose
+        only errors are signatures apt cannot verify with keyrings that another gpuprov role
+        wrote (a path in that role's record) does not fail this role (it does not write
+        that key); the owner's record is marked stale, so that the owner's probe finds a
+        difference and its own repository step fetches the key again, with a warning and
+        RV(stale_records); the lists are not marked fresh. Without such a record the update
+        fails, naming the keyring.
+    type: path
+    default: /var/lib/gpuprov/state
   stamp:
     description: Where the digest and time of the last successful update are kept.
     type: path
@@ -183,6 +204,13 @@ stale_keys:
   type: list
   elements: str
   returned: always
+stale_records:
+  description:
+    - The records (in O(state_dir)) of other roles whose keyring apt could not verify with,
+      marked stale so that those roles fetch their key again on their next probe.
+  type: list
+  elements: str
+  returned: always
 conflicts:
   description:
     - apt's "Conflicting values set for option" errors, with C(option), C(uri), C(suite),
@@ -192,15 +220,17 @@ conflicts:
   returned: always (empty unless apt failed)
 """
 
+import base64
 import contextlib
 import dataclasses
 import email.utils
 import hashlib
 import json
+import os
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -297,16 +327,42 @@ def explain_fetch(url: str, reason: str, sources: Mapping[str, str]) -> str:
     return f"could not fetch {url}{because}; that URL is {where}: {HINT}."
 
 
-def stale_managed_keys(fields: Mapping[str, Any]) -> list[str]:
-    """The key URL variables to fetch again when an update failed only because keyrings the
-    role writes hold no (or an expired) key for the signature: [] when anything else failed."""
+def recorded_keyrings(records: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """Keyring stem -> the record (path) of the gpuprov role that manages that path, from
+    gpuprov_state's records ((path, document) pairs): their spec lists the role's paths."""
+    owners: dict[str, str] = {}
+    for path, doc in records:
+        spec = doc.get("spec") if isinstance(doc, dict) else None
+        paths = spec.get("paths") if isinstance(spec, dict) else None
+        for managed in paths if isinstance(paths, list) else []:
+            owners.setdefault(_keyring_stem(str(managed)), path)
+    return owners
+
+
+def keys_to_renew(
+    fields: Mapping[str, Any], report: bool, owners: Mapping[str, str]
+) -> tuple[list[str], list[str]] | None:
+    """When an update failed only on signatures of keyrings gpuprov writes: (the key URL
+    variables of this role's own keyrings to fetch again, the records of the other roles
+    that write the rest). None when anything else failed, a keyring is nobody's in gpuprov,
+    or one is this role's own and ``report`` is off (stale_keys: fail)."""
     failed = fields.get("failed_sources") or []
     missing = fields.get("missing_keys") or []
     if not missing or any(f.get("kind") != "signature" for f in failed):
-        return []
-    if not all(m.get("managed") and m.get("key_variable") for m in missing):
-        return []
-    return sorted({str(m["key_variable"]) for m in missing})
+        return None
+    own: set[str] = set()
+    others: set[str] = set()
+    for key in missing:
+        if key.get("managed") and key.get("key_variable"):
+            if not report:
+                return None
+            own.add(str(key["key_variable"]))
+            continue
+        records = {owners.get(_keyring_stem(str(r))) for r in key.get("keyrings") or []}
+        if not records or None in records:
+            return None
+        others.update(str(r) for r in records)
+    return sorted(own), sorted(others)
 
 
 def sources_digest(files: Iterable[tuple[str, bytes]]) -> str:
@@ -727,6 +783,70 @@ def explain_clock(
     )
 
 
+def _dearmor(data: bytes) -> bytes:
+    """The packets of an ASCII-armoured OpenPGP block (the binary form is returned as is)."""
+    text = data.decode("ascii", errors="replace")
+    if "-----BEGIN PGP" not in text:
+        return data
+    lines = [ln.strip() for ln in text.split("-----BEGIN PGP", 1)[1].splitlines()[1:]]
+    lines = lines[: next((i for i, ln in enumerate(lines) if ln.startswith("-----END")), None)]
+    if "" in lines:  # armour headers (Version:, Comment:) end at the first blank line
+        lines = lines[lines.index("") + 1 :]
+    body = [ln for ln in lines if ln and not ln.startswith("=")]  # "=" starts the CRC-24
+    return base64.b64decode("".join(body))
+
+
+def _packets(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(tag, body) of each OpenPGP packet (RFC 9580 section 4.2, old and new headers)."""
+    i = 0
+    while i < len(data):
+        head = data[i]
+        if not head & 0x80:
+            raise ValueError(f"not an OpenPGP packet at byte {i}")
+        if head & 0x40:  # new format
+            tag, i = head & 0x3F, i + 1
+            first = data[i]
+            if first < 192:
+                length, i = first, i + 1
+            elif first < 224:
+                length, i = ((first - 192) << 8) + data[i + 1] + 192, i + 2
+            elif first == 255:
+                length, i = int.from_bytes(data[i + 1 : i + 5], "big"), i + 5
+            else:
+                raise ValueError("partial body lengths do not occur in key packets")
+        else:  # old format
+            tag, kind, i = (head >> 2) & 0x0F, head & 0x03, i + 1
+            size = {0: 1, 1: 2, 2: 4}.get(kind)
+            if size is None:
+                raise ValueError("indeterminate packet length")
+            length, i = int.from_bytes(data[i : i + size], "big"), i + size
+        yield tag, data[i : i + length]
+        i += length
+
+
+def openpgp_fingerprints(data: bytes) -> list[str]:
+    """The fingerprints (upper-case hex) of every public key and subkey in a keyring file,
+    armoured or binary: v4 SHA-1 over 0x99, v5 and v6 SHA-256 over 0x9A / 0x9B."""
+    found: list[str] = []
+    for tag, body in _packets(_dearmor(data)):
+        if tag not in (6, 14) or not body:
+            continue
+        version = body[0]
+        if version == 4:
+            digest = hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + body).hexdigest()  # noqa: S324 (the v4 fingerprint is SHA-1)
+        elif version in (5, 6):
+            prefix = b"\x9a" if version == 5 else b"\x9b"
+            digest = hashlib.sha256(prefix + len(body).to_bytes(4, "big") + body).hexdigest()
+        else:
+            continue
+        found.append(digest.upper())
+    return found
+
+
+def normal_fingerprint(value: str) -> str:
+    return "".join(value.split()).upper().removeprefix("0X")
+
+
 def _keyring_stem(path: str) -> str:
     # deb822_repository names the key file .asc or .gpg after its armour: either matches.
     return path[:-4] if path.endswith((".asc", ".gpg")) else path
@@ -1086,6 +1206,30 @@ class AptReady:
         lists = Path(self.apt_lists)
         return lists.is_dir() and any(lists.glob("*_Packages*"))
 
+    def recorded_keyrings(self) -> dict[str, str]:
+        directory = self.params.get("state_dir") or ""
+        records: list[tuple[str, Any]] = []
+        for path in sorted(Path(directory).glob("*.json")) if directory else []:
+            with contextlib.suppress(OSError, ValueError):
+                records.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
+        return recorded_keyrings(records)
+
+    @staticmethod
+    def mark_stale(record: str, why: str) -> None:
+        """Add ``stale`` to a gpuprov_state record (its probe then reports it); atomic, 0600."""
+        path = Path(record)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        doc["stale"] = why
+        tmp = path.with_name(f"{path.name}.stale.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        tmp.replace(path)
+
     def update(self, reason: str) -> None:
         stamp = Path(self.params["stamp"])
         # Until this update succeeds the lists are not fresh, whatever happens next.
@@ -1097,13 +1241,30 @@ class AptReady:
         output = out + "\n" + err
         if rc != 0 or fetch_errors(output) or clock_errors(output) or signature_errors(output):
             detail, fields = self.explain(output, rc)
-            stale = stale_managed_keys(fields) if self.params["stale_keys"] == "report" else []
-            if stale:
-                self.result["stale_keys"] = stale
+            renew = keys_to_renew(
+                fields, self.params["stale_keys"] == "report", self.recorded_keyrings()
+            )
+            if renew is not None:
+                own, others = renew
+                self.result["stale_keys"] = own
                 self.result.update(fields)
+                said = []
+                if own:
+                    said.append(f"The role fetches the key again ({', '.join(own)}).")
+                if others:
+                    roles = ", ".join(Path(r).stem for r in others)
+                    if not self.module.check_mode:
+                        for record in others:
+                            self.mark_stale(record, f"apt could not verify with its key: {detail}")
+                    self.result["stale_records"] = others
+                    said.append(
+                        f"That keyring is written by another gpuprov role ({roles}): its record "
+                        f"({', '.join(others)}) is marked stale, so its probe finds a "
+                        "difference and it fetches the key again."
+                    )
                 self.module.warn(
-                    f"apt-get update ({reason}): {detail} The role fetches the key again "
-                    f"({', '.join(stale)}); the lists are not marked fresh."
+                    f"apt-get update ({reason}): {detail} {' '.join(said)} "
+                    "The lists are not marked fresh."
                 )
                 return
             self.fail(
@@ -1218,11 +1379,45 @@ class AptReady:
             if url
         }
 
+    def check_fingerprints(self) -> None:
+        """Each pinned key URL's keyring holds the pinned key, or goes (see `fingerprints`)."""
+        for key_var, pin in sorted(self.params["fingerprints"].items()):
+            wanted = normal_fingerprint(str((pin or {}).get("value") or ""))
+            if not wanted:
+                continue
+            pin_var = str(pin.get("variable") or f"the pin of {key_var}")
+            ring = str(self.params["keyrings"].get(key_var) or "")
+            stem = _keyring_stem(ring)
+            files = [Path(f"{stem}{suffix}") for suffix in (".asc", ".gpg")] if ring else []
+            for path in [f for f in files if f.is_file()]:
+                try:
+                    found = openpgp_fingerprints(path.read_bytes())
+                except (OSError, ValueError, IndexError) as exc:
+                    found, why = [], f"unreadable as an OpenPGP key ({exc})"
+                else:
+                    why = f"holds {', '.join(found) or 'no key'}"
+                if wanted in found:
+                    continue
+                url = self.params["sources"].get(key_var) or key_var
+                if not self.module.check_mode:
+                    path.unlink(missing_ok=True)
+                self.fail(
+                    f"The signing key fetched from {url} (set by {key_var}) into {path} {why}; "
+                    f"{pin_var} pins {wanted}. The keyring was removed, so apt trusts nothing "
+                    "signed by that key, and nothing from the repository was installed. Check "
+                    f"that {key_var} is the repository owner's key URL; if the owner announced "
+                    f"a new key, set {pin_var} to its fingerprint.",
+                    fingerprints_found=found,
+                    fingerprint_pinned=wanted,
+                )
+
     def main(self) -> dict[str, Any]:
         self.result["source_definitions"] = self.definitions()
         self.result["stale_keys"] = []
+        self.result["stale_records"] = []
         if self.params["repair"]:
             self.repair()
+        self.check_fingerprints()
         self.refresh()
         self.check_packages()
         return self.result
@@ -1239,9 +1434,11 @@ def build_module() -> AnsibleModule:
             "download": {"type": "bool", "default": False},
             "sources": {"type": "dict", "default": {}},
             "keyrings": {"type": "dict", "default": {}},
+            "fingerprints": {"type": "dict", "default": {}},
             "stale_keys": {"type": "str", "default": "fail", "choices": ["fail", "report"]},
             "lock_timeout": {"type": "int", "default": 300},
             "stamp": {"type": "path", "default": "/var/lib/gpuprov/apt-lists.json"},
+            "state_dir": {"type": "path", "default": "/var/lib/gpuprov/state"},
         },
         supports_check_mode=True,
     )

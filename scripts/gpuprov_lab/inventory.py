@@ -84,6 +84,9 @@ def build_inventory(
             "lab_release": h.spec.release,
             "lab_debian_version": RELEASES[h.spec.release],
             "lab_container": h.container,
+            # What the testinfra suite expects of the host (tests/infra: driver_intent):
+            # a container, where the driver's kernel-module steps do not apply.
+            "gpuprov_container_host": True,
             "lab_hostname": h.spec.name,
             "lab_address": h.address,
         }

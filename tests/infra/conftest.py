@@ -1,4 +1,4 @@
-"""Shared fixtures of the testinfra suite (docker and nvidia_container_toolkit).
+"""Shared fixtures of the testinfra suite.
 
 Run against any fleet, with the same inventory the playbooks used::
 
@@ -93,6 +93,85 @@ def role_vars(host: Any, role: str) -> dict[str, Any]:
         inventory = {}
     result.update({k: v for k, v in inventory.items() if k.startswith(f"{role}_")})
     return result
+
+
+# PCI class 0x03xxxx: display controllers (VGA 0x0300, 3D 0x0302), as gpu_info counts them.
+PCI_LISTING = (
+    "for d in {root}/bus/pci/devices/*; do [ -r $d/vendor ] && "
+    "echo $(cat $d/vendor $d/device $d/class); done"
+)
+
+
+def _persistenced_packages() -> list[str]:
+    """The nvidia_driver role's persistence daemon packages on Debian (its vars: one list)."""
+    data = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "Debian.yml").read_text())
+    return [str(name) for name in data["_nvidia_driver_persistenced_packages"]]
+
+
+def driver_intent(host: Any) -> dict[str, Any]:
+    """What the nvidia_driver role must have left on this host, from the inventory and the
+    host's hardware alone, through compat as plan.yml does; never from the role's fact file.
+
+    GPUs: the host's PCI devices (under ``gpu_info_sysfs_root``, the lab's simulated tree)
+    named by the matrix. Branch: ``nvidia_driver_branch`` if pinned, else the plan's.
+    Packages: the matrix's Debian package map for that branch (kernel packages unless the
+    inventory says ``gpuprov_container_host: true``), plus ``nvidia_driver_extra_packages``
+    and nvidia-persistenced when ``nvidia_driver_persistence_mode`` (not in containers)."""
+    import compat  # the controller's compat package (pip install -e .)
+
+    inventory = host.ansible.get_variables()
+    conf = role_vars(host, "nvidia_driver")
+    root = str(inventory.get("gpu_info_sysfs_root") or "/sys")
+    gpus: list[dict[str, Any]] = []
+    for line in host.check_output(PCI_LISTING.format(root=root)).splitlines():
+        vendor, device, klass = [*line.split(), "", "", ""][:3]
+        if vendor.lower() != "0x10de" or not klass.lower().startswith("0x03"):
+            continue
+        pci_id = f"10de:{device.lower().removeprefix('0x')}"
+        rows = compat.lookup(pci_id)
+        row = rows[0] if rows else {}
+        gpus.append(
+            {
+                "pci_id": pci_id,
+                "name": row.get("name"),
+                "compute_capability": row.get("compute_capability"),
+            }
+        )
+    container = bool(inventory.get("gpuprov_container_host", False))
+    if host.system_info.distribution != "debian":
+        pytest.skip(
+            f"no driver intent for {host.system_info.distribution}: compat's package map "
+            "(compat/data/drivers.yaml) covers Debian"
+        )
+    major = str(host.system_info.release).split(".")[0]
+    packages_map = compat.debian_packages().get(major, {})
+    plan = compat.plan_host(
+        gpus,
+        packaged_branches=sorted(packages_map),
+        os_name=f"Debian {major}",
+        driver_branch=conf.get("nvidia_driver_branch"),
+        expect_gpu=bool(inventory.get("gpuprov_expect_gpu", True)),
+    )
+    branch = int(plan["driver"]["branch"])
+    sets = packages_map[branch]
+    packages = [*sets["userspace"], *(conf.get("nvidia_driver_extra_packages") or [])]
+    if not container:
+        packages += sets["kernel"]
+        if conf.get("nvidia_driver_persistence_mode", True):
+            packages += _persistenced_packages()
+    return {
+        "gpus": gpus,
+        "branch": branch,
+        "packages": sorted(set(packages)),
+        "held": bool(conf.get("nvidia_driver_hold_packages", True)),
+        "container": container,
+    }
+
+
+@pytest.fixture
+def intent(host: Any) -> dict[str, Any]:
+    """The nvidia_driver role's expected result on this host (driver_intent)."""
+    return driver_intent(host)
 
 
 @pytest.fixture(autouse=True)

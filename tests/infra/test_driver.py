@@ -2,12 +2,13 @@
 
     pytest tests/infra --hosts=ansible://gpu_nodes --ansible-inventory=inventories/<env>/hosts.yml
 
-(add `--sudo` when the SSH user is not root). One test per behaviour. What the role
-installed is read from the local facts file it writes on each host,
-/etc/ansible/facts.d/gpuprov.fact, so the suite needs no inventory variables. Tests of
-the kernel module (nvidia-smi, nvidia-persistenced, nouveau unloaded) are skipped on
-containers (the lab) and while a driver reboot is pending; failures print the unit's
-journal.
+(add `--sudo` when the SSH user is not root). One test per behaviour. What the role must
+have installed is computed from the inventory and the host's PCI devices through compat,
+as plan.yml does (conftest.py: driver_intent), never from what the role wrote: the local
+facts file it writes (/etc/ansible/facts.d/gpuprov.fact) is checked against that intent.
+Tests of the kernel module (nvidia-smi, nvidia-persistenced, nouveau unloaded) are skipped
+on hosts the inventory declares containers (gpuprov_container_host: true; the lab) and
+while a driver reboot is pending; failures print the unit's journal.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ def fact(host: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def kernel_host(host: Any, fact: dict[str, Any]) -> Any:
+def kernel_host(host: Any, intent: dict[str, Any]) -> Any:
     """A host where the kernel-module steps apply (not a container, no pending reboot)."""
-    if fact.get("container"):
-        pytest.skip("container: kernel-module steps are skipped by design (lab concession)")
+    if intent["container"]:
+        pytest.skip("container (gpuprov_container_host): no kernel module to check")
     if host.file(REBOOT_FLAG).exists:
         pytest.skip(f"driver reboot pending ({REBOOT_FLAG})")
     return host
@@ -56,24 +57,32 @@ def is_debian_family(host: Any) -> bool:
     return bool(host.system_info.distribution in ("debian", "ubuntu"))
 
 
-def test_gpu_facts_written(fact: dict[str, Any]) -> None:
-    assert isinstance(fact["driver_branch"], int)
-    assert fact["gpus"], "no GPU recorded in the local facts"
-    for gpu in fact["gpus"]:
-        assert gpu["pci_id"].startswith("10de:"), gpu
+def test_the_fact_file_agrees_with_the_intent(fact: dict[str, Any], intent: dict[str, Any]) -> None:
+    """The role's own record of the host (read by the plan, the reports and operators) says
+    what the inventory and the hardware say: a role that misjudged the host fails here."""
+    assert intent["gpus"], "no NVIDIA GPU on the host's PCI bus"
+    assert sorted(g["pci_id"] for g in fact["gpus"]) == sorted(g["pci_id"] for g in intent["gpus"])
+    assert fact["driver_branch"] == intent["branch"]
+    judged, declared = fact["container"], intent["container"]
+    assert judged == declared, (
+        f"the role judged container={judged}; the inventory says gpuprov_container_host={declared}"
+    )
+    assert sorted(fact["packages"]) == intent["packages"]
+    assert fact["packages_held"] == intent["held"]
 
 
-def test_driver_packages_installed(host: Any, fact: dict[str, Any]) -> None:
-    missing = [name for name in fact["packages"] if not host.package(name).is_installed]
+def test_driver_packages_installed(host: Any, intent: dict[str, Any]) -> None:
+    missing = [name for name in intent["packages"] if not host.package(name).is_installed]
     assert not missing, f"driver packages not installed: {missing}"
 
 
-def test_driver_packages_held(host: Any, fact: dict[str, Any]) -> None:
-    if not fact.get("packages_held", True):
+def test_driver_packages_held(host: Any, intent: dict[str, Any]) -> None:
+    if not intent["held"]:
         pytest.skip("nvidia_driver_hold_packages is false")
     if is_debian_family(host):
         held = set(host.check_output("apt-mark showhold").split())
-        assert set(fact["packages"]) <= held, f"not held: {sorted(set(fact['packages']) - held)}"
+        wanted = set(intent["packages"])
+        assert wanted <= held, f"not held: {sorted(wanted - held)}"
     else:
         locks = host.check_output("dnf versionlock list")
         assert "nvidia" in locks, f"no nvidia versionlock:\n{locks}"
@@ -115,7 +124,7 @@ def test_nouveau_blacklist_file(host: Any) -> None:
     assert "blacklist nouveau" in target.content_string
 
 
-def test_unattended_upgrades_blacklist(host: Any, fact: dict[str, Any]) -> None:
+def test_unattended_upgrades_blacklist(host: Any, intent: dict[str, Any]) -> None:
     if not is_debian_family(host):
         pytest.skip("unattended-upgrades is Debian-family only")
     target = host.file(UNATTENDED_BLACKLIST)
@@ -123,7 +132,7 @@ def test_unattended_upgrades_blacklist(host: Any, fact: dict[str, Any]) -> None:
     assert target.mode == 0o644
     text = target.content_string
     assert "Unattended-Upgrade::Package-Blacklist" in text
-    for name in fact["packages"]:
+    for name in intent["packages"]:
         pattern = name.replace(".", "[.]").replace("+", "[+]")
         assert f'"^{pattern}$";' in text, f"{name} not blacklisted"
 
@@ -133,12 +142,12 @@ def test_nouveau_not_loaded(kernel_host: Any) -> None:
     assert not any(line.startswith("nouveau ") for line in modules.splitlines())
 
 
-def test_nvidia_smi_answers(kernel_host: Any, fact: dict[str, Any]) -> None:
+def test_nvidia_smi_answers(kernel_host: Any, intent: dict[str, Any]) -> None:
     out = kernel_host.run("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
     assert out.rc == 0, f"nvidia-smi failed: {out.stderr}{journal(kernel_host, PERSISTENCED)}"
     versions = {line.strip() for line in out.stdout.splitlines() if line.strip()}
     assert versions, "nvidia-smi listed no GPU"
-    assert all(v.split(".")[0] == str(fact["driver_branch"]) for v in versions), versions
+    assert all(v.split(".")[0] == str(intent["branch"]) for v in versions), versions
 
 
 def test_persistenced_running(kernel_host: Any) -> None:

@@ -8,26 +8,19 @@ systemd with a restart policy, and listens only on ``model_serving_bind_address`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 # Attached to failure reports by conftest.py.
 JOURNAL_UNITS = ("gpuprov-serve-flask", "gpuprov-serve-torchserve", "gpuprov-serve-triton")
 
-PORTS = {
-    "flask": ("model_serving_flask_port",),
-    "torchserve": (
-        "model_serving_torchserve_inference_port",
-        "model_serving_torchserve_management_port",
-        "model_serving_torchserve_metrics_port",
-    ),
-    "triton": (
-        "model_serving_triton_http_port",
-        "model_serving_triton_grpc_port",
-        "model_serving_triton_metrics_port",
-    ),
-}
+# Each stack's port variables: the role's own list (roles/model_serving/vars/main.yml).
+PORTS: dict[str, list[str]] = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "roles/model_serving/vars/main.yml").read_text()
+)["_model_serving_port_variables"]
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,6 +195,16 @@ def _testinfra(lab: Lab, host: str) -> None:
     lab.testinfra(host, *INFRA, "--docker-preserved-key", *USER_KEY)
 
 
+def _recovered(lab: Lab, playbooks: tuple[str, ...], host: str, reports: Path) -> None:
+    """After the re-run that converged: nothing of the user's lost, testinfra green, and the
+    run after it rc=0 and changed=0 (issue 25: every case asserts its first run, its re-run
+    and a further run)."""
+    _assert_nothing_lost(lab, host)
+    further = _play(lab, playbooks, host, reports)
+    assert further.returncode == 0, further.stdout[-4000:]
+    assert _recap_changed(further.stdout, host) == 0, further.stdout[-3000:]
+
+
 # ---------------------------------------------------------------------------
 # the converged host with the user's things on it
 
@@ -271,6 +282,10 @@ def _kill_during_dpkg(
         _docker("kill", container)
     out, _ = proc.communicate(timeout=600)
     assert landed, f"{pattern} {writing} never seen:\n{out[-3000:]}"
+    # The first run lost its host: it fails, naming the host unreachable or a failed task.
+    assert proc.returncode != 0, out[-3000:]
+    assert f"[{host}]" in out, out[-3000:]
+    assert "UNREACHABLE" in out or "fatal: [" in out, out[-3000:]
     _docker("start", container)
     lab.settle(host)
     state = _sh(
@@ -305,7 +320,7 @@ def test_host_killed_during_the_driver_transaction(
     assert "dpkg was interrupted" in rerun.stdout + rerun.stderr
     holds = _sh(lab, host, "apt-mark showhold").split()
     assert set(pkgs.split()) <= set(holds), holds
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, DRIVER, host, reports)
     _row(
         "host killed during the driver's dpkg transaction",
         first,
@@ -334,7 +349,7 @@ def test_host_killed_during_dockers_transaction(
     assert "dpkg was interrupted" in rerun.stdout + rerun.stderr
     assert _sh(lab, host, "systemctl is-active docker").strip() == "active"
     _wait_keeper(lab, host)
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, DOCKER, host, reports)
     _row(
         "host killed during Docker's dpkg transaction",
         first,
@@ -377,7 +392,7 @@ def test_host_killed_during_the_pip_install_of_torch(
         "print(torch.__version__, float((x @ x).sum()))'",
     )
     assert out.split()[1] == str(64.0 * 64 * 64), out
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, PYTORCH, host, reports)
     _row(
         "host killed during the pip install of torch",
         first,
@@ -419,7 +434,7 @@ def test_full_apt_cache_stops_the_driver_before_anything_is_installed(
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     holds = _sh(lab, host, "apt-mark showhold").split()
     assert set(DRIVER_PKGS.split()) <= set(holds), holds
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, DRIVER, host, reports)
     _row(
         f"apt cache full (1 MiB tmpfs on {archives})",
         _verdict(first),
@@ -507,7 +522,7 @@ def _mirror_case(
     assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
     rerun = _play(lab, TOOLKIT, host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, TOOLKIT, host, reports)
     _row(fault, _verdict(first), "ok: lists refreshed, toolkit installed", capsys)
 
 
@@ -575,7 +590,7 @@ def test_mirror_fails_the_package_download(
     assert "ii" not in installed.split(), installed
     rerun = _play(lab, TOOLKIT, host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, TOOLKIT, host, reports)
     _row(
         "mirror's packages gone at the download (404; lists fresh, key answers)",
         _verdict(first),
@@ -602,39 +617,100 @@ def _key_rotated(lab: Lab) -> Iterator[str]:
 
 
 KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
+LISTS_STAMP = "/var/lib/gpuprov/apt-lists.json"  # apt_ready's freshness stamp
 
 
 def test_signing_key_rotated_at_its_url(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Same repository URL, a new key at the key URL, lists due for an update: before, every
-    run failed with NO_PUBKEY and advised checking the mirror, proxy and CA (manual fix). Now
-    the first run converges: the update reports the role's stale key, the repository task
-    fetches it again, and the second update uses it."""
+    """Same repository URL, a new key at the key URL, lists due for an update, the roles'
+    records of their last converge in place (the toolkit's probe alone finds nothing to do),
+    and a driver package unheld, so that the driver's converge makes the run's first update:
+    before, the driver role's update failed with NO_PUBKEY on the toolkit's repository, run
+    after run (the toolkit never got to fetch its key). Now the driver and Docker go on with
+    a warning and mark the toolkit's record stale; the toolkit's probe finds that, its
+    update reports its stale key, its repository task fetches it again, and the next run of
+    all three changes nothing."""
     host, reports = faulty
+    stack = (*DRIVER, *DOCKER, *TOOLKIT)  # site.yml's order
+    # Lists due for an update, the records kept, and drift in the driver role (a package
+    # unheld, as test_site's drift case): its converge is the run's first apt update.
+    due = f"rm -f {LISTS_STAMP}; apt-mark unhold {DRIVER_PKGS.split()[0]}"
     old_key = _sh(lab, host, f"cat {KEYRING}")
     with _key_rotated(lab) as new_key:
-        _sh(lab, host, "rm -f /var/lib/gpuprov/apt-lists.json")  # lists due for an update
-        first = _play(lab, TOOLKIT, host, reports)
+        _sh(lab, host, due)
+        first = _play(lab, stack, host, reports)
         assert first.returncode == 0, first.stdout[-4000:]
-        said = first.stdout + first.stderr  # the warning goes to stderr
+        said = first.stdout + first.stderr  # the warnings go to stderr
         assert "NO_PUBKEY" in said, said[-3000:]
+        assert "another gpuprov role (nvidia_container_toolkit)" in said, said[-3000:]
+        assert "marked stale by apt_ready" in said, said[-3000:]  # the toolkit's probe said it
         assert "The role fetches the key again (nvidia_container_toolkit_apt_gpg_key_url)" in said
         assert _sh(lab, host, f"cat {KEYRING}") == new_key != old_key
-        third = _play(lab, TOOLKIT, host, reports)
+        third = _play(lab, stack, host, reports)
         assert third.returncode == 0, third.stdout[-4000:]
         assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
     # The mirror's old key is back: the same path takes the host back to it.
-    _sh(lab, host, "rm -f /var/lib/gpuprov/apt-lists.json")
-    back = _play(lab, TOOLKIT, host, reports)
+    _sh(lab, host, due)
+    back = _play(lab, stack, host, reports)
     assert back.returncode == 0, back.stdout[-4000:]
     assert _sh(lab, host, f"cat {KEYRING}") == old_key
     _assert_nothing_lost(lab, host)
     _row(
-        "toolkit repository's signing key rotated at the same URL (lists due for an update)",
-        "ok (rc=0): NO_PUBKEY reported as the role's stale key, key fetched again, "
-        "packages verified with it",
+        "toolkit repository's signing key rotated at the same URL (lists due, records kept)",
+        "ok (rc=0): the driver's update marks the toolkit's record stale and goes on; the "
+        "toolkit fetches its key again and verifies its packages with it",
         "changed=0; rotating back converges the same way",
+        capsys,
+    )
+
+
+def _mirror_key_fingerprint(lab: Lab) -> str:
+    """The lab mirror's signing key fingerprint, as gpg itself reads it (the expected value)."""
+    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+    home = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
+    try:
+        out = subprocess.run(
+            ["gpg", "--batch", "--with-colons", "--show-keys", str(source / "gpgkey")],
+            env=dict(os.environ, GNUPGHOME=str(home)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
+
+
+def test_a_pinned_key_fingerprint_refuses_another_key(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """nvidia_container_toolkit_apt_gpg_key_fingerprint pins the key: the URL serves another
+    one (here: the pin names another key), so the run stops before any apt update trusts it,
+    naming both fingerprints, and the keyring is gone. With the right pin the next run
+    fetches the key again and converges."""
+    host, reports = faulty
+    served = _mirror_key_fingerprint(lab)
+    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    pin = "nvidia_container_toolkit_apt_gpg_key_fingerprint"
+    first = _play(lab, TOOLKIT, host, reports, "-e", f"{pin}={other}")
+    assert first.returncode != 0
+    text = first.stdout + first.stderr
+    for word in (f"holds {served}", f"{pin} pins {other}", "The keyring was removed"):
+        assert word in text, (word, _first_error(text))
+    assert _sh(lab, host, f"test -e {KEYRING} && echo present || echo gone") == "gone\n"
+    spaced = " ".join(served[i : i + 4] for i in range(0, len(served), 4)).lower()
+    rerun = _play(lab, TOOLKIT, host, reports, "-e", json.dumps({pin: spaced}))
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert _sh(lab, host, f"test -e {KEYRING} && echo present || echo gone") == "present\n"
+    unpinned = _play(lab, TOOLKIT, host, reports)  # back to the lab's inventory (no pin)
+    assert unpinned.returncode == 0, unpinned.stdout[-4000:]
+    _recovered(lab, TOOLKIT, host, reports)
+    _row(
+        "the toolkit key's fingerprint pinned to another key",
+        _verdict(first),
+        "ok with the served key's fingerprint pinned (spaced, lower case): key fetched again",
         capsys,
     )
 
@@ -648,10 +724,14 @@ def test_dockerd_stopped_before_the_toolkit_role(
 ) -> None:
     host, reports = faulty
     _sh(lab, host, "systemctl stop docker.socket docker.service")
-    first = _play(lab, TOOLKIT, host, reports)
+    first = _play(lab, TOOLKIT, host, reports)  # the toolkit role alone meets it first
+    assert first.returncode != 0, first.stdout[-3000:]
+    error = _first_error(first.stdout + first.stderr)
+    assert f"dockerd is not running on {host}" in error, error
+    assert _recap_changed(first.stdout, host) == 0, first.stdout[-3000:]
     rerun = _play(lab, (*DOCKER, *TOOLKIT), host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, (*DOCKER, *TOOLKIT), host, reports)
     _row(
         "dockerd stopped by hand before the toolkit role",
         _verdict(first),
@@ -685,7 +765,7 @@ def test_invalid_daemon_json_is_refused_and_left_alone(
     assert _sh(lab, host, "cat /etc/docker/daemon.json") == good
     rerun = _play(lab, (*DOCKER, *TOOLKIT), host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, (*DOCKER, *TOOLKIT), host, reports)
     _row(
         "daemon.json with invalid JSON left by someone else",
         _verdict(first),
@@ -832,12 +912,17 @@ def test_ssh_connection_dropped_mid_task(
         )
     out, _ = proc.communicate(timeout=600)
     assert landed, out[-3000:]
-    assert host in out
-    first = f"rc={proc.returncode}: {_first_error(out)}"
+    if proc.returncode == 0:  # ssh's retries reconnected: the run finished its work
+        assert _recap_changed(out, host) > 0, out[-3000:]
+        first = "rc=0: reconnected and finished"
+    else:  # or it stopped, naming the host
+        assert f"[{host}]" in out, out[-3000:]
+        assert "UNREACHABLE" in out or "fatal: [" in out, out[-3000:]
+        first = f"rc={proc.returncode}: {_first_error(out)}"
     # apt may have been cut mid-transaction too; the re-run repairs whatever is left
     rerun = _play(lab, TOOLKIT, host, reports)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _assert_nothing_lost(lab, host)
+    _recovered(lab, TOOLKIT, host, reports)
     _row("SSH dropped mid-task (sshd restarted, sessions killed)", first, "ok", capsys)
 
 

@@ -220,10 +220,11 @@ def test_kernel_round_trip(
         )
         doc = json.loads(proc.stdout)
         assert proc.returncode == 0, doc
-        assert (doc["output"], doc["torch"], doc["cuda_available"]) == (
-            f"{expected} False",
+        assert (doc["output"], doc["torch"], doc["cuda_available"], doc["cuda"]) == (
+            f"{expected} False None",
             expected,
             False,
+            None,
         )
         assert doc["display_name"] == "PyTorch 2.13.0 (CPU)"
         # The token is really checked: a wrong one is refused at the health step.

@@ -2,7 +2,9 @@
 
 1. `site.yml --check --diff` on fresh hosts fails nothing and changes nothing on them;
 2. `site.yml` converges (failed=0, unreachable=0 on every host);
-3. a second run changes nothing;
+3. a second run changes nothing (the roles' verifying fast path), and drift injected into
+   six roles on one host is found and repaired there only, then nothing changes, and
+   `--check --diff` on the converged lab predicts no change;
 4. the testinfra suite passes, run exactly as users run it;
 5. pinning a driver branch that drops the K40m fails before any change, naming the GPU
    and the allowed branches;
@@ -16,6 +18,7 @@ packages come from the lab's mirror container, a signed stand-in for NVIDIA's re
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -248,7 +251,8 @@ def test_site_converges(
     for host in lab.groups["gpu_nodes"]:
         snap = snapshot(lab, host)
         for package in ("docker.io", "nvidia-container-toolkit"):
-            assert re.search(rf"^{re.escape(package)} \S+ ii", snap, re.MULTILINE), (host, package)
+            # "hi": installed and held (inventories/lab/group_vars/gpu_k40m.yml holds both).
+            assert re.search(rf"^{re.escape(package)} \S+ [ih]i", snap, re.MULTILINE), (host, package)
         assert "absent /etc/modprobe.d/blacklist-nouveau.conf" not in snap, host
     check_torch_and_smoke(lab, report_dir)
     converged["ok"] = True
@@ -308,6 +312,98 @@ def test_site_second_run_changes_nothing(
         assert stats["changed"] == 0, (host, changed_tasks(doc, host))
 
 
+# Issue 19's drift cases: one thing each role manages is broken on one host, behind the
+# roles' backs. The verifying fast path (plugins/modules/gpuprov_state.py) must find each
+# one, the next run must repair exactly those (changed only in those roles, nowhere else,
+# on no other host) and the run after it must change nothing.
+DRIFT = {
+    "docker": ("systemctl disable docker", "service | Start and enable docker"),
+    "nvidia_container_toolkit": (
+        'python3 -c \'import json; p="/etc/docker/daemon.json"; d=json.load(open(p));'
+        ' d.pop("runtimes"); json.dump(d, open(p, "w"))\'',
+        "configure | Register the nvidia runtime in daemon.json",
+    ),
+    "nvidia_driver": (
+        "apt-mark unhold nvidia-tesla-470-smi",
+        "setup-Debian | Hold the driver packages",
+    ),
+    "jupyterlab": (
+        "rm /etc/jupyterlab/jupyter_server_config.json",
+        "configure | Write the server configuration (no secrets in it)",
+    ),
+    "gpu_monitoring": (
+        "systemctl stop prometheus-node-exporter",
+        "service | Enable and start node_exporter and the collector's timer",
+    ),
+    "model_serving": (
+        "rm /opt/gpuprov/serving/bin/probe_endpoints.py",
+        "install-Debian | Copy the serving scripts",
+    ),
+}
+
+
+def changed_by_role(doc: dict[str, Any], host: str) -> dict[str, list[str]]:
+    """role -> the names of its tasks (and handlers) that reported changed on ``host``."""
+    found: dict[str, list[str]] = {}
+    for name in changed_tasks(doc, host):
+        task = name.split(" / ", 1)[1]
+        role, sep, rest = task.partition(" : ")
+        found.setdefault(role if sep else "(play)", []).append(rest if sep else task)
+    return found
+
+
+def test_drift_is_found_and_repaired_only_where_it_is(
+    lab: Lab,
+    monkeypatch: pytest.MonkeyPatch,
+    converged: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    host = sorted(h for h in lab.groups["gpu_nodes"] if lab.hosts[h]["lab_release"] == "bookworm")[
+        0
+    ]
+    for command, _task in DRIFT.values():
+        lab.ssh(host, command)
+    proc, seconds = run_playbook(lab, monkeypatch, SITE, callback=JSON_CALLBACK)
+    report_time(capsys, "site.yml after drift on one host", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc))
+    repaired = changed_by_role(doc, host)
+    assert sorted(repaired) == sorted(DRIFT), repaired
+    for role, (_command, task) in DRIFT.items():
+        assert task in repaired[role], (role, repaired[role])
+    for other in sorted(set(lab.groups["lab"]) - {host}):
+        assert doc["stats"][other]["changed"] == 0, (other, changed_tasks(doc, other))
+    proc, seconds = run_playbook(lab, monkeypatch, SITE, callback=JSON_CALLBACK)
+    report_time(capsys, "site.yml after the repair (no-op)", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc))
+    for name, stats in doc["stats"].items():
+        assert stats["changed"] == 0, (name, changed_tasks(doc, name))
+
+
+def test_check_mode_on_the_converged_lab_changes_nothing(
+    lab: Lab,
+    monkeypatch: pytest.MonkeyPatch,
+    converged: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--check --diff on converged hosts works from the probes' answer (issue 19): every
+    role finds its host converged, no task fails or predicts a change."""
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    proc, seconds = run_playbook(
+        lab, monkeypatch, SITE, "--check", "--diff", callback=JSON_CALLBACK
+    )
+    report_time(capsys, "site.yml --check --diff on the converged lab", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc)) or proc.stderr[-3000:]
+    for name, stats in doc["stats"].items():
+        assert stats["failures"] == 0, (name, failed_results(doc))
+        assert stats["changed"] == 0, (name, changed_tasks(doc, name))
+
+
 def test_testinfra_suite_passes(
     lab: Lab, converged: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -326,6 +422,73 @@ def test_testinfra_suite_passes(
         assert re.search(
             rf"test_driver\.py::\S+\[ansible://{re.escape(host)}\S*\] PASSED", proc.stdout
         ), host
+    # The options inventories/lab/group_vars/gpu_k40m.yml turns on are checked, not skipped.
+    for host in lab.groups.get("gpu_k40m", []):
+        for check in (
+            "test_docker.py::test_engine_package_held",
+            "test_docker.py::test_daemon_json_has_role_options",
+            "test_toolkit.py::test_toolkit_packages_held",
+            "test_toolkit.py::test_daemon_json_keeps_docker_role_options",
+        ):
+            assert re.search(
+                rf"{re.escape(check)}\[ansible://{re.escape(host)}\S*\] PASSED", proc.stdout
+            ), (check, host)
+
+
+def _host_vars(inventory: dict[str, Any], host: str) -> dict[str, Any]:
+    """The vars dict of ``host`` in a YAML inventory (wherever a group lists it)."""
+    stack: list[Any] = [inventory]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            hosts = node.get("hosts")
+            if isinstance(hosts, dict) and isinstance(hosts.get(host), dict):
+                found: dict[str, Any] = hosts[host]
+                return found
+            stack.extend(node.values())
+    raise KeyError(host)
+
+
+FACT_FILE = "/etc/ansible/facts.d/gpuprov.fact"
+
+
+def _write(lab: Lab, host: str, path: str, text: str) -> None:
+    data = base64.b64encode(text.encode()).decode()
+    lab.ssh(host, f"echo {data} | base64 -d > {path}")
+
+
+def test_testinfra_fails_a_host_the_role_misjudged(
+    lab: Lab, converged: dict[str, Any], tmp_path: Path
+) -> None:
+    """issue 25: the driver suite takes its expectations from the inventory and the hardware;
+    the role's fact file is checked against them, never their source. Planted: (1) the fact
+    file says container on a host the inventory says is not one (an inventory copy with
+    gpuprov_container_host: false), (2) a fact file whose package list is empty. Both fail,
+    and with the empty list the package checks still check every package."""
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    host = sorted(lab.groups["gpu_nodes"])[0]
+    inventory = yaml.safe_load(lab.inventory.read_text(encoding="utf-8"))
+    _host_vars(inventory, host)["gpuprov_container_host"] = False
+    claimed = tmp_path / "hosts.yml"
+    claimed.write_text(yaml.safe_dump(inventory), encoding="utf-8")
+    proc = lab.run_testinfra(host, "tests/infra/test_driver.py", inventory=claimed)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert re.search(r"test_the_fact_file_agrees_with_the_intent\S* FAILED", proc.stdout)
+    said = "the role judged container=True; the inventory says gpuprov_container_host=False"
+    assert said in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"test_nvidia_smi_answers\S* FAILED", proc.stdout)  # no longer skipped
+    kept = lab.ssh(host, f"cat {FACT_FILE}").stdout
+    fact = json.loads(kept)
+    try:
+        _write(lab, host, FACT_FILE, json.dumps({**fact, "packages": []}))
+        proc = lab.run_testinfra(host, "tests/infra/test_driver.py")
+    finally:
+        _write(lab, host, FACT_FILE, kept)
+    assert re.search(r"test_the_fact_file_agrees_with_the_intent\S* FAILED", proc.stdout)
+    for check in ("installed", "held"):
+        assert re.search(rf"test_driver_packages_{check}\S* PASSED", proc.stdout), check
+    assert re.search(r"test_unattended_upgrades_blacklist\S* PASSED", proc.stdout)
 
 
 def test_fleet_page_of_the_converged_lab_in_a_browser(

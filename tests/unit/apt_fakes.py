@@ -24,9 +24,11 @@ class FakeModule:
             "download": False,
             "sources": {},
             "keyrings": {},
+            "fingerprints": {},
             "stale_keys": "fail",
             "lock_timeout": 0,
             "stamp": "",
+            "state_dir": "",
             **params,
         }
         self.check_mode = check_mode

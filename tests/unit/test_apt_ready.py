@@ -1005,19 +1005,64 @@ def _sig(kind: str = "signature") -> dict[str, Any]:
     return {"url": "http://mirror/stable/deb/amd64", "kind": kind, "reason": "NO_PUBKEY AB12"}
 
 
-def _key(managed: bool, variable: str | None = "nvidia_container_toolkit_apt_gpg_key_url"):
-    return {"key": "AB12", "status": "NO_PUBKEY", "managed": managed, "key_variable": variable}
+def _key(
+    managed: bool,
+    variable: str | None = "nvidia_container_toolkit_apt_gpg_key_url",
+    keyrings: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    return {
+        "key": "AB12",
+        "status": "NO_PUBKEY",
+        "managed": managed,
+        "key_variable": variable,
+        "keyrings": list(keyrings),
+    }
 
 
-def test_stale_managed_keys_names_the_key_variable_when_only_our_keyring_failed() -> None:
+TOOLKIT_RECORD = "/var/lib/gpuprov/state/nvidia_container_toolkit.json"
+OWNERS = {"/etc/apt/keyrings/nvidia-container-toolkit": TOOLKIT_RECORD}
+
+
+def test_keys_to_renew_names_the_key_variable_when_only_our_keyring_failed() -> None:
     fields = {"failed_sources": [_sig(), _sig()], "missing_keys": [_key(True), _key(True)]}
-    assert apt_ready.stale_managed_keys(fields) == ["nvidia_container_toolkit_apt_gpg_key_url"]
+    assert apt_ready.keys_to_renew(fields, True, {}) == (
+        ["nvidia_container_toolkit_apt_gpg_key_url"],
+        [],
+    )
+    assert apt_ready.keys_to_renew(fields, False, {}) is None  # stale_keys: fail
+
+
+def test_keys_to_renew_names_the_record_of_the_role_that_writes_the_keyring() -> None:
+    theirs = _key(False, None, ("/etc/apt/keyrings/nvidia-container-toolkit.gpg",))
+    fields = {"failed_sources": [_sig()], "missing_keys": [theirs]}
+    # The driver role's call (stale_keys: fail) does not stop on a key it does not write.
+    assert apt_ready.keys_to_renew(fields, False, OWNERS) == ([], [TOOLKIT_RECORD])
+    both = {"failed_sources": [_sig(), _sig()], "missing_keys": [theirs, _key(True)]}
+    assert apt_ready.keys_to_renew(both, True, OWNERS) == (
+        ["nvidia_container_toolkit_apt_gpg_key_url"],
+        [TOOLKIT_RECORD],
+    )
+    assert (
+        apt_ready.recorded_keyrings(
+            [
+                (
+                    TOOLKIT_RECORD,
+                    {"spec": {"paths": ["/etc/apt/keyrings/nvidia-container-toolkit.asc"]}},
+                ),
+                ("/x/broken.json", {"spec": "not a spec"}),
+                ("/x/empty.json", []),
+            ]
+        )
+        == OWNERS
+    )
 
 
 @pytest.mark.parametrize(
     "fields",
     [
-        # a keyring the role does not write: someone else's key, not ours to fetch
+        # a keyring no gpuprov role recorded: someone else's key, not ours to fetch
+        {"failed_sources": [_sig()], "missing_keys": [_key(False, None, ("/etc/apt/x.gpg",))]},
+        # a source without Signed-By (no keyring to own)
         {"failed_sources": [_sig()], "missing_keys": [_key(False, None)]},
         # our key and a mirror that did not answer: the fetch error must stop the run
         {"failed_sources": [_sig(), _sig("fetch")], "missing_keys": [_key(True)]},
@@ -1026,5 +1071,5 @@ def test_stale_managed_keys_names_the_key_variable_when_only_our_keyring_failed(
         {},
     ],
 )
-def test_stale_managed_keys_is_empty_when_anything_else_failed(fields: dict[str, Any]) -> None:
-    assert apt_ready.stale_managed_keys(fields) == []
+def test_keys_to_renew_is_none_when_anything_else_failed(fields: dict[str, Any]) -> None:
+    assert apt_ready.keys_to_renew(fields, True, OWNERS) is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.utils
 import getpass
+import json
 import os
 import shutil
 import subprocess
@@ -325,3 +326,146 @@ def test_a_rotated_key_is_reported_not_failed_with_stale_keys_report(
     (warning,) = module.warnings
     assert f"NO_PUBKEY {repos.ids['b']}" in warning
     assert "The role fetches the key again (test_key_url)" in warning
+
+
+def test_another_roles_rotated_key_marks_its_record_stale_and_does_not_fail(
+    tmp_path: Path, repos: Repos
+) -> None:
+    """The driver role's update (no keyrings of its own, stale_keys: fail) meets the toolkit
+    repository re-signed with a new key, on a host where the toolkit role's last converge
+    recorded that keyring (gpuprov_state, run for real). The driver does not write that key:
+    it goes on, and the toolkit's record is marked stale, so the toolkit's next probe finds
+    a difference and its own repository step fetches the key (what CI met on a kept lab)."""
+    from test_gpuprov_state import StateModule  # the real module, run as a program
+
+    keyring = repos.root / "a.gpg"
+    records = tmp_path / "state"
+    toolkit = StateModule(records)
+    toolkit.path = records / "nvidia_container_toolkit.json"
+    spec = {"paths": [str(keyring.with_suffix(".asc"))]}  # .asc and .gpg: the same key file
+    assert toolkit("record", spec, role="nvidia_container_toolkit")["converged"] is True
+    apt = RealApt(tmp_path / "apt")
+    apt.source("toolkit.sources", _deb822(repos.uri("rotated"), keyring))
+    apt.source("debian.sources", _deb822(repos.uri("ok"), keyring))
+    module, obj = _module(tmp_path, apt, state_dir=str(records))
+    result = obj.main()
+    assert apt.outputs[-1][0] == 100  # apt failed on the rotated repository
+    assert result["stale_records"] == [str(toolkit.path)]
+    assert result["stale_keys"] == []
+    assert not (tmp_path / "stamp").exists()  # the next apt_ready updates again
+    (warning,) = module.warnings
+    assert f"NO_PUBKEY {repos.ids['b']}" in warning
+    assert "another gpuprov role (nvidia_container_toolkit)" in warning
+    probed = toolkit("probe", spec, role="nvidia_container_toolkit")
+    assert probed["converged"] is False
+    (differs,) = probed["differs"]
+    assert differs.startswith("marked stale by apt_ready: ")
+    assert repos.ids["b"] in differs
+    # Check mode marks nothing.
+    toolkit("record", spec, role="nvidia_container_toolkit")
+    module, obj = _module(tmp_path, apt, state_dir=str(records))
+    module.check_mode = True
+    assert obj.main()["stale_records"] == [str(toolkit.path)]
+    assert toolkit("probe", spec, role="nvidia_container_toolkit")["converged"] is True
+
+
+def test_a_rotated_key_no_role_recorded_still_fails(tmp_path: Path, repos: Repos) -> None:
+    """A record that does not list the failing keyring is no owner: the update fails."""
+    from test_gpuprov_state import StateModule
+
+    keyring = repos.root / "a.gpg"
+    records = tmp_path / "state"
+    other = StateModule(records)
+    assert other("record", {"paths": [str(repos.root / "b.gpg")]})["converged"] is True
+    apt = RealApt(tmp_path / "apt")
+    apt.source("toolkit.sources", _deb822(repos.uri("rotated"), keyring))
+    result = _update(tmp_path, apt, state_dir=str(records))
+    assert "gpuprov does not write" in result["msg"]
+    assert "stale" not in json.loads(other.path.read_text(encoding="utf-8"))
+
+
+def _gpg_fingerprints(key_file: Path, home: Path) -> list[str]:
+    """What gpg itself says the file's keys' fingerprints are (the expected values)."""
+    out = _gpg(home, "--with-colons", "--show-keys", str(key_file))
+    return [line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:")]
+
+
+def _gpg_fingerprints_of(home: Path, uid: str) -> list[str]:
+    out = _gpg(home, "--with-colons", "--list-keys", uid)
+    return [line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:")]
+
+
+def test_openpgp_fingerprints_agree_with_gpg(tmp_path: Path, repos: Repos) -> None:
+    """Binary (repos' ed25519 exports), and armoured with and without a header (an RSA key
+    with its encryption subkey, as Docker's and NVIDIA's keys are)."""
+    home = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
+    try:
+        _gpg(home, "--quick-gen-key", "gpuprov rsa <r@x.invalid>", "rsa2048", "sign", "never")
+        (primary,) = _gpg_fingerprints_of(home, "gpuprov rsa <r@x.invalid>")
+        _gpg(home, "--quick-add-key", primary, "rsa2048", "encr", "never")
+        armoured = tmp_path / "rsa.asc"
+        armoured.write_text(_gpg(home, "--armor", "--export", "gpuprov rsa <r@x.invalid>"))
+        headed = tmp_path / "rsa-comment.asc"  # armour headers before the blank line
+        begin = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n"
+        headed.write_text(armoured.read_text().replace(begin, begin + "Comment: gpuprov\n"))
+        for key_file in (repos.root / "a.gpg", repos.root / "b.gpg", armoured, headed):
+            expected = _gpg_fingerprints(key_file, home)
+            assert expected, key_file
+            assert apt_ready.openpgp_fingerprints(key_file.read_bytes()) == expected, key_file
+        assert len(_gpg_fingerprints(armoured, home)) == 2  # the primary key and its subkey
+    finally:
+        subprocess.run(
+            ["gpgconf", "--kill", "gpg-agent"], env=dict(os.environ, GNUPGHOME=str(home))
+        )
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _pinned(tmp_path: Path, repos: Repos, value: str, check_mode: bool = False) -> Any:
+    ring = tmp_path / "keyrings" / "test.asc"
+    ring.parent.mkdir(exist_ok=True)
+    ring.write_bytes((repos.root / "a.gpg").read_bytes())
+    module = FakeModule(
+        check_mode=check_mode,
+        repair=False,
+        update="never",
+        sources={"test_key_url": "http://keys.invalid/k"},
+        keyrings={"test_key_url": str(ring)},
+        fingerprints={"test_key_url": {"variable": "test_key_fingerprint", "value": value}},
+    )
+    return ring, apt_ready.AptReady(module, run=lambda argv: (0, "", ""))
+
+
+def test_a_pinned_fingerprint_refuses_another_key_and_removes_it(
+    tmp_path: Path, repos: Repos
+) -> None:
+    home = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
+    try:
+        (fpr_a,) = _gpg_fingerprints(repos.root / "a.gpg", home)
+        (fpr_b,) = _gpg_fingerprints(repos.root / "b.gpg", home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    # The pinned key, written spaced and in lower case as people copy it: accepted.
+    spaced = " ".join(fpr_a[i : i + 4] for i in range(0, 40, 4)).lower()
+    ring, obj = _pinned(tmp_path, repos, spaced)
+    obj.main()
+    assert ring.is_file()
+    # Another key pinned: refused, both fingerprints named, the keyring gone.
+    ring, obj = _pinned(tmp_path, repos, fpr_b)
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    msg = failed.value.result["msg"]
+    assert "The signing key fetched from http://keys.invalid/k (set by test_key_url)" in msg
+    assert f"holds {fpr_a}; test_key_fingerprint pins {fpr_b}" in msg
+    assert not ring.exists()
+    # Check mode says the same and removes nothing.
+    ring, obj = _pinned(tmp_path, repos, fpr_b, check_mode=True)
+    with pytest.raises(Failed):
+        obj.main()
+    assert ring.is_file()
+    # No pin, or no keyring yet: nothing to check.
+    ring, obj = _pinned(tmp_path, repos, "")
+    obj.main()
+    ring.unlink()
+    ring, obj = _pinned(tmp_path, repos, fpr_b)
+    ring.unlink()
+    obj.main()

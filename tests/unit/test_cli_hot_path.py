@@ -21,6 +21,7 @@ from compat import horovod
 from compat.cli import _parser, main
 from compat.cliargs import resolve_args
 
+ROOT = Path(__file__).resolve().parents[2]
 # A plain resolve line, then every module it imported (stderr's last line).
 _PROBE = (
     "import sys\n"
@@ -30,8 +31,8 @@ _PROBE = (
 )
 # What makes the CLI slow to start: none of it may come back on the hot path.
 _HEAVY = {"argparse", "json", "packaging", "pathlib", "typing", "yaml"}
-# Beyond compat's own and the built-in modules: zlib, for the cache key's crc32.
-_EXTENSIONS = {"zlib"}
+# Beyond compat's own and the built-in modules: none (the cache key is hashed in Python).
+_EXTENSIONS: set[str] = set()
 
 
 def _modules(env: dict[str, str], cwd: Path, *argv: str) -> set[str]:
@@ -221,3 +222,14 @@ def test_other_specifiers_are_left_to_packaging(spec: str) -> None:
     assert horovod._clauses(spec) is None
     for torch in [*_TORCHES, "2.1.0rc1"]:
         assert horovod._matches(torch, spec, None) is (Version(torch) in SpecifierSet(spec))
+
+
+def test_installed_script_is_ours_without_re() -> None:
+    """The installed `gpu-compat` is bin/gpu-compat, not pip's console-script wrapper, whose
+    `import re` alone costs about 1.6x a bare start (issue 19; the ratio is measured by
+    scripts/bench_cli.py). A [project.scripts] entry would install the wrapper and fail here."""
+    installed = (Path(sys.executable).parent / "gpu-compat").read_text().splitlines()
+    ours = (ROOT / "bin" / "gpu-compat").read_text().splitlines()
+    assert installed[1:] == ours[1:], "the installed gpu-compat is not bin/gpu-compat"
+    imports = [ln for ln in ours if ln.startswith(("import ", "from "))]
+    assert imports == ["import sys", "from compat.cli import main"], imports

@@ -37,9 +37,8 @@ def controller_writes(tasks: Any) -> list[dict[str, Any]]:
 def test_the_scan_finds_the_known_report_writes() -> None:
     names = {t["name"] for f in FILES for t in controller_writes(yaml.safe_load(f.read_text()))}
     # roles/gpuprov_report writes every <kind>/<host>.json report (plan, smoke, notebook,
-    # storage, serving); gpu_monitoring writes its scrape config itself.
-    assert "write | Write the report on the controller" in names
-    assert "write | Create the report directory on the controller" in names
+    # storage, serving) with its action plugin (test below); gpu_monitoring writes its
+    # scrape config itself.
     assert "scrape | Write the Prometheus scrape config of the fleet" in names
 
 
@@ -50,3 +49,21 @@ def test_controller_writes_are_not_host_changes(path: Path) -> None:
             f"{path.relative_to(ROOT)}: {task.get('name')!r} writes on the controller: "
             "add `changed_when: false` (a report is not a change to the host)"
         )
+
+
+def test_reports_are_written_by_the_controller_only_action(tmp_path: Path) -> None:
+    """roles/gpuprov_report's one write task is plugins/action/gpuprov_report_write.py, which
+    never reports changed and sends no module (issue 19); it writes atomically, creating the
+    directory."""
+    tasks = yaml.safe_load((ROOT / "roles" / "gpuprov_report" / "tasks" / "write.yml").read_text())
+    writes = [t for t in tasks if "gpuprov_report_write" in t]
+    assert len(writes) == 1
+    assert "delegate_to" not in writes[0]
+    from gpuprov_report_write_action import write_report
+
+    target = tmp_path / "smoke" / "h1.json"
+    write_report(target, "{}\n")
+    write_report(target, '{"ok": true}\n')
+    assert target.read_text() == '{"ok": true}\n'
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in target.parent.iterdir()] == ["h1.json"]

@@ -49,7 +49,7 @@ def test_install_document_is_documented_both_ways() -> None:
 
 
 def test_no_stale_api_text() -> None:
-    # The API returns dicts; the cache key is a crc32 of path/size/mtime, not a hash of content.
+    # The API returns dicts; the cache key is an FNV-1a of path/size/mtime, not a hash of content.
     for stale in ("-> `Plan`", "`Verdict`", "sha256"):
         assert stale not in DESIGN, stale
-    assert "crc32" in DESIGN
+    assert "FNV-1a" in DESIGN

@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import gpu_compat as filters  # plugins/filter/gpu_compat.py (on pytest's pythonpath)
+import gpuprov_secrets  # plugins/filter/gpuprov_secrets.py: the roles' own rules
 import inventory_check_action as check  # plugins/action/inventory_check.py (tests/unit/conftest.py)
 import pytest
 import yaml
 
 import compat
+
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (the bind address these tests refuse or allow)
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
@@ -45,6 +48,11 @@ def _matrix() -> Any:
 
 
 MATRIX = _matrix()
+SHARED = check.Shared(
+    gpuprov_secrets.secret_problems,
+    gpuprov_secrets.is_loopback,
+    check.serving_port_variables(ROOT / "roles"),
+)
 TABLE = check.build_table(
     ROLES, VI_VARS["_validate_inventory_types"], VI_VARS["_validate_inventory_rules"]
 )
@@ -103,7 +111,7 @@ def test_the_corpus_is_big_enough() -> None:
 def test_bad_input_is_one_line_naming_variable_value_and_what_is_allowed(
     entry: dict[str, Any],
 ) -> None:
-    lines = check.check_host("lab-k40m", entry["vars"], TABLE, REMOVED, MATRIX)
+    lines = check.check_host("lab-k40m", entry["vars"], TABLE, REMOVED, MATRIX, SHARED)
     assert lines, f"accepted: {entry['vars']}"
     hits = [line for line in lines if entry["expect"] in line]
     assert hits, lines
@@ -128,8 +136,34 @@ def test_good_values_pass() -> None:
         "gpuprov_expect_gpu": False,
         "gpuprov_plan": {"set": "by plan.yml"},
         "lab_profile": "k40m",
+        "jupyterlab_token": "q" * 20 + "w" * 20,
+        "jupyterlab_bind_address": ANY_ADDRESS,
+        "jupyterlab_tls_cert": "/etc/ssl/nb.pem",
+        "jupyterlab_tls_key": "/etc/ssl/nb.key",
+        "gpu_monitoring_listen_address": "10.0.0.5",
+        "model_serving_bind_address": "gpu01.example.org",
+        "model_serving_stacks": ["flask", "torchserve"],
+        "model_serving_flask_port": 5001,
+        "object_storage_profiles": [{"name": "lab", "endpoint_url": "http://127.0.0.1:9000"}],
     }
-    assert check.check_host("h", values, TABLE, REMOVED, MATRIX) == []
+    assert check.check_host("h", values, TABLE, REMOVED, MATRIX, SHARED) == []
+    # A notebook bound to the network with the explicit opt-out, and ::1, pass too.
+    for bind in ({"jupyterlab_allow_plaintext_network": True}, {}):
+        address = ANY_ADDRESS if bind else "::1"
+        opened = {"jupyterlab_bind_address": address, **bind}
+        assert check.check_host("h", opened, TABLE, REMOVED, MATRIX, SHARED) == []
+    # A host without notebooks is not judged on the notebook's token.
+    quiet = {"jupyterlab_method": "none", "jupyterlab_token": "changeme"}
+    assert check.check_host("h", quiet, TABLE, REMOVED, MATRIX, SHARED) == []
+
+
+def test_a_secret_is_never_shown() -> None:
+    lines = check.check_host("h", {"jupyterlab_token": "changeme"}, TABLE, REMOVED, None, SHARED)
+    assert lines == [
+        "h: jupyterlab_token = (not shown): jupyterlab_token is a known placeholder, not a "
+        "secret; jupyterlab_token is 8 characters long; the minimum is 32."
+    ]
+    assert "changeme" not in lines[0].split("=", 1)[1].replace("jupyterlab_token", "")
 
 
 def test_matrix_errors_match_the_resolver() -> None:

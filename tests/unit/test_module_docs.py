@@ -36,3 +36,18 @@ def test_module_documentation_is_yaml(path: Path) -> None:
         assert yaml.safe_load(text) is not None, (path.name, name)
     doc = yaml.safe_load(blocks["DOCUMENTATION"])
     assert doc["module"] == path.stem
+
+
+PLUGINS = sorted(
+    p
+    for kind in ("filter", "action", "callback")
+    for p in (ROOT / "plugins" / kind).glob("*.py")
+    if _blocks(p)
+)
+
+
+@pytest.mark.parametrize("path", PLUGINS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_plugin_documentation_is_yaml(path: Path) -> None:
+    """ansible-lint printed "[ERROR]: Unable to parse documentation" for a filter's block."""
+    for name, text in _blocks(path).items():
+        assert yaml.safe_load(text) is not None, (path.name, name)

@@ -30,10 +30,18 @@ def test_kernel_display_name(version: str, cuda: str | None, name: str) -> None:
 
 
 def test_parse_answer() -> None:
-    assert jupyter.parse_answer("2.13.0+cpu False\n") == {
+    assert jupyter.parse_answer("2.13.0+cpu False None\n") == {
         "torch": "2.13.0+cpu",
         "cuda_available": False,
+        "cuda": None,
     }
+    assert jupyter.parse_answer("1.3.0 True 10.1") == {
+        "torch": "1.3.0",
+        "cuda_available": True,
+        "cuda": "10.1",
+    }
+    with pytest.raises(ValueError, match="unexpected kernel output"):
+        jupyter.parse_answer("2.13.0+cpu False")
     with pytest.raises(ValueError, match="unexpected kernel output"):
         jupyter.parse_answer("Traceback (most recent call last)")
 
@@ -76,14 +84,14 @@ def test_execute_collects_stdout_until_reply_and_idle() -> None:
         [
             ("status", {"execution_state": "busy"}),
             ("stream", {"name": "stdout", "text": "2.13.0+cpu "}),
-            ("stream", {"name": "stdout", "text": "False\n"}),
+            ("stream", {"name": "stdout", "text": "False None\n"}),
             ("execute_reply", {"status": "ok"}),
             ("status", {"execution_state": "idle"}),
         ]
     )
-    assert jupyter.execute(ws, jupyter.CODE, timeout=5) == "2.13.0+cpu False"
+    assert jupyter.execute(ws, jupyter.CODE, timeout=5) == "2.13.0+cpu False None"
     assert ws.sent[0]["content"]["code"] == (
-        "import torch; print(torch.__version__, torch.cuda.is_available())"
+        "import torch; print(torch.__version__, torch.cuda.is_available(), torch.version.cuda)"
     )
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import gpuprov_secrets as secrets_filter  # plugins/filter/gpuprov_secrets.py (pythonpath)
 import pytest
 
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (the bind address these tests refuse or allow)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,3 +44,35 @@ def test_reasons_never_contain_the_value() -> None:
 
 def test_filter_is_registered() -> None:
     assert "gpuprov_secret_problems" in secrets_filter.FilterModule().filters()
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("LOCALHOST", True),
+        (ANY_ADDRESS, False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("gpu01", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_is_loopback(address: object, loopback: bool) -> None:
+    assert secrets_filter.is_loopback(address) is loopback
+
+
+def test_no_role_keeps_its_own_list_of_loopback_addresses() -> None:
+    """One rule for "stays on the host" (the filter, also used by inventory_check)."""
+    roots = ROOT / "roles"
+    copies = [
+        str(p)
+        for p in roots.rglob("*.yml")
+        if "'::1'" in p.read_text(encoding="utf-8") or '"::1"' in p.read_text(encoding="utf-8")
+    ]
+    assert copies == []

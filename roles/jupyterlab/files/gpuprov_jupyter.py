@@ -23,7 +23,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-CODE = "import torch; print(torch.__version__, torch.cuda.is_available())"
+CODE = "import torch; print(torch.__version__, torch.cuda.is_available(), torch.version.cuda)"
 
 
 def kernel_display_name(torch_version: str, cuda: str | None) -> str:
@@ -33,11 +33,16 @@ def kernel_display_name(torch_version: str, cuda: str | None) -> str:
 
 
 def parse_answer(text: str) -> dict[str, Any]:
-    """`print(torch.__version__, torch.cuda.is_available())` -> {"torch", "cuda_available"}."""
+    """`print(torch.__version__, torch.cuda.is_available(), torch.version.cuda)` ->
+    {"torch", "cuda_available", "cuda"} (cuda None for a CPU build)."""
     parts = text.split()
-    if len(parts) != 2 or parts[1] not in ("True", "False"):
+    if len(parts) != 3 or parts[1] not in ("True", "False"):
         raise ValueError(f"unexpected kernel output {text!r}")
-    return {"torch": parts[0], "cuda_available": parts[1] == "True"}
+    return {
+        "torch": parts[0],
+        "cuda_available": parts[1] == "True",
+        "cuda": None if parts[2] == "None" else parts[2],
+    }
 
 
 def probe() -> dict[str, Any]:

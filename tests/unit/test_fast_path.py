@@ -1,0 +1,124 @@
+"""The verifying fast path's shape in every provisioning role (issue 19), tested as data.
+
+Each role probes first (plugins/modules/gpuprov_state.py), runs its change phases in one
+block only when the probe found a difference, forgets its record before changing anything
+and records last, only on a run that reached every task. What the probe finds and repairs
+on real hosts is tested in tests/lab/test_site.py (the drift cases) and
+tests/unit/test_gpuprov_state.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ROOT / "roles"
+
+FAST_PATH_ROLES = (
+    "dist_launch",
+    "docker",
+    "gpu_monitoring",
+    "gpu_smoke",
+    "jupyterlab",
+    "model_serving",
+    "nvidia_container_toolkit",
+    "nvidia_driver",
+    "object_storage",
+    "pytorch",
+)
+# Roles without one, and why: gpuprov_report writes controller reports; validate_inventory
+# changes nothing. (gpu_smoke's probe covers its install phase; its layers run every time.)
+WITHOUT = ("gpuprov_report", "validate_inventory")
+SPEC_KEYS = {
+    "packages",
+    "paths",
+    "trees",
+    "json_keys",
+    "units",
+    "venvs",
+    "distributions",
+    "commands",
+}
+
+
+def _tasks(role: str) -> list[dict[str, Any]]:
+    doc = yaml.safe_load((ROLES / role / "tasks" / "main.yml").read_text())
+    assert isinstance(doc, list)
+    return doc
+
+
+def _state_calls(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [t for t in tasks if "gpuprov_state" in t]
+
+
+def test_every_role_is_listed() -> None:
+    roles = {p.name for p in ROLES.iterdir() if (p / "tasks" / "main.yml").exists()}
+    assert roles == set(FAST_PATH_ROLES) | set(WITHOUT)
+    with_probe = {
+        r for r in roles if "gpuprov_state:" in (ROLES / r / "tasks" / "main.yml").read_text()
+    }
+    assert with_probe == set(FAST_PATH_ROLES)
+
+
+@pytest.mark.parametrize("role", FAST_PATH_ROLES)
+def test_probe_then_one_gated_block_forget_first_record_last(role: str) -> None:
+    tasks = _tasks(role)
+    probes = _state_calls(tasks)
+    assert len(probes) == 1, "one probe, outside the block"
+    probe = probes[0]
+    assert probe["gpuprov_state"]["role"] == role
+    assert probe["gpuprov_state"].get("state", "probe") == "probe"
+    assert probe["register"] == f"__{role}_state"
+    assert "always" in probe["tags"]
+    blocks = [t for t in tasks if "block" in t]
+    assert len(blocks) == 1
+    block = blocks[0]
+    assert tasks.index(probe) < tasks.index(block)
+    assert f"_{role}_converge" in str(block["when"])
+    first, last = block["block"][0], block["block"][-1]
+    calls = _state_calls(block["block"])
+    assert [c["gpuprov_state"].get("state") for c in calls].count("forget") == 1
+    phases = [t for t in block["block"] if "gpuprov_state" not in t]
+    # Forget comes before every change phase (a preflight that changes nothing may precede).
+    forget = next(c for c in calls if c["gpuprov_state"].get("state") == "forget")
+    later = block["block"][block["block"].index(forget) + 1 :]
+    assert all("preflight" not in str(t.get("import_tasks", t)) for t in later)
+    assert phases, "the change phases are inside the block"
+    assert first is forget or "preflight" in str(first)
+    assert last["gpuprov_state"]["state"] == "record"
+    assert last["when"] == f"_{role}_state_full_run"
+    for call in (probe, last):
+        assert call["gpuprov_state"]["inputs"] == f"{{{{ _{role}_state_inputs }}}}"
+        assert call["gpuprov_state"]["spec"] == f"{{{{ _{role}_state_spec }}}}"
+
+
+@pytest.mark.parametrize("role", FAST_PATH_ROLES)
+def test_state_variables_are_defined_once(role: str) -> None:
+    doc = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+    for suffix in ("state_vars", "state_inputs", "state_spec", "state_full_run", "converge"):
+        assert f"_{role}_{suffix}" in doc, suffix
+    spec = doc[f"_{role}_state_spec"]
+    assert isinstance(spec, dict)
+    assert set(spec) <= SPEC_KEYS, set(spec) - SPEC_KEYS
+    assert "gpuprov_state_inputs(role_path" in doc[f"_{role}_state_inputs"]
+    assert doc[f"_{role}_state_vars"].startswith("{{ query('ansible.builtin.varnames', '^(")
+    assert f"'^({role}|" in doc[f"_{role}_state_vars"], "the role's own variables are inputs"
+    # A run narrowed by --tags or --skip-tags runs the phases and records nothing.
+    assert "ansible_run_tags | list == ['all']" in doc[f"_{role}_state_full_run"]
+    assert "ansible_skip_tags | length == 0" in doc[f"_{role}_state_full_run"]
+    assert f"__{role}_state.converged" in doc[f"_{role}_converge"]
+    assert f"_{role}_state_full_run" in doc[f"_{role}_converge"]
+
+
+def test_package_lists_are_refreshed_only_through_apt_ready() -> None:
+    """One refresh per host per run (issue 19 item 3): no role asks apt for update_cache."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in ROLES.glob("*/tasks/*.yml")
+        if "update_cache" in p.read_text()
+    ]
+    assert offenders == []

@@ -1,0 +1,75 @@
+"""plugins/callback/gpuprov_remote.py: the per-host count of module runs (issue 19, goal 2),
+checked on a real ansible-playbook run over the local connection (two inventory names, one
+machine): what each task is and how many items it ran are known from the playbook below."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLAYBOOK = """
+- name: Count
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Controller only
+      ansible.builtin.set_fact:
+        x: 1
+    - name: Controller only too
+      ansible.builtin.assert:
+        that: [x == 1]
+        quiet: true
+    - name: One module run
+      ansible.builtin.command: "true"
+      changed_when: false
+    - name: Two of three items run (on h1 only)
+      ansible.builtin.command: "true"
+      changed_when: false
+      loop: [1, 2, 3]
+      when: inventory_hostname == 'h1' and item != 2
+    - name: Skipped
+      ansible.builtin.command: "true"
+      when: false
+    - name: Delegated to the controller
+      ansible.builtin.command: "true"
+      changed_when: false
+      delegate_to: localhost
+"""
+
+
+def test_counts_per_host(tmp_path: Path) -> None:
+    book = tmp_path / "count.yml"
+    book.write_text(PLAYBOOK)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+    }
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            "h1,h2,",
+            "-c",
+            "local",
+            str(book),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = dict(re.findall(r"^(h[12]): (remote=.*)$", proc.stdout, re.M))
+    # h1: command, two loop items; h2: command, the loop skipped whole. Delegated: controller.
+    assert lines == {
+        "h1": "remote=3 controller-only=3 skipped=1",
+        "h2": "remote=1 controller-only=3 skipped=2",
+    }, proc.stdout
