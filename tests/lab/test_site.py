@@ -252,7 +252,8 @@ def test_site_converges(
         snap = snapshot(lab, host)
         for package in ("docker.io", "nvidia-container-toolkit"):
             # "hi": installed and held (inventories/lab/group_vars/gpu_k40m.yml holds both).
-            assert re.search(rf"^{re.escape(package)} \S+ [ih]i", snap, re.MULTILINE), (host, package)
+            installed = rf"^{re.escape(package)} \S+ [ih]i"
+            assert re.search(installed, snap, re.MULTILINE), (host, package)
         assert "absent /etc/modprobe.d/blacklist-nouveau.conf" not in snap, host
     check_torch_and_smoke(lab, report_dir)
     converged["ok"] = True
