@@ -1,16 +1,17 @@
 """The bad-input corpus against real lab hosts: site.yml stops before any host changes.
 
-tests/lab/bad_inputs.yaml holds the corpus (42 values across all roles). Three site.yml runs
-cover it all:
+tests/lab/bad_inputs.yaml holds the corpus (values of every role). One site.yml run covers
+the controller stage, one run each the hardware stage:
 
 1. controller stage: one inventory alias of the lab's GPU host per corpus entry (same SSH
    address, one bad value each), all in one run. validate_inventory must print exactly one
    line per entry (`host: variable = value: what is allowed`) and nothing for the real hosts,
    and no later play may start;
-2. hardware stage, one run each: the lab's CPU host put into gpu_nodes (no GPU detected), and
-   a torch pin that does not run on the K40m; the second play of validate.yml refuses them.
+2. hardware stage, one run each: the lab's CPU host put into gpu_nodes (no GPU detected), a
+   torch pin that does not run on the K40m, and an object_storage user with no account; the
+   later, read-only plays of validate.yml refuse them.
 
-Both runs end with every lab host exactly as before (installed packages with their
+Every run ends with every lab host exactly as before (installed packages with their
 selections, /etc/apt, /etc/docker, the gpuprov facts), and the output carries no argument
 spec dump and no Ansible internals. Pure-Python checks of every entry are in
 tests/unit/test_inventory_check.py.
