@@ -77,8 +77,8 @@ def test_measured_libraries_back_a_yes() -> None:
     verdict = compat.check(["T4"], "2.7.1+cu126")
     assert verdict["compatible"] is True
     assert (
-        "its cuDNN 9.5.1.17, cuBLAS 12.6.4.1 carry kernels for every GPU (measured wheels)"
-        in (verdict["reasons"])
+        "its cuDNN 9.5.1.17, cuBLAS 12.6.4.1, NCCL 2.26.2 carry kernels for every GPU "
+        "(measured wheels)" in (verdict["reasons"])
     )
 
 

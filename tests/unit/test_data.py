@@ -369,11 +369,12 @@ def test_pin_of_unknown_build_or_unmeasured_wheel_is_rejected(tmp_path: Path) ->
         if path.name != "libraries.yaml":
             (tmp_path / path.name).write_text(path.read_text())
     base = (DATA_DIR / "libraries.yaml").read_text()
-    (tmp_path / "libraries.yaml").write_text(base.replace("variant: cu126", "variant: cu999", 1))
+    pin = "torch: 2.7.1\n    variant: cu126"
+    (tmp_path / "libraries.yaml").write_text(base.replace(pin, pin.replace("cu126", "cu999"), 1))
     with pytest.raises(CompatDataError, match=r"pin torch 2\.7\.1\+cu999: no such release"):
         compile_tables(sorted(tmp_path.glob("*.yaml")))
     (tmp_path / "libraries.yaml").write_text(
-        base.replace("nvidia-cublas-cu12==12.6.4.1]", "nvidia-cublas-cu12==12.6.9.9]", 1)
+        base.replace("nvidia-cublas-cu12==12.6.4.1,", "nvidia-cublas-cu12==12.6.9.9,", 1)
     )
     with pytest.raises(CompatDataError, match=r"12\.6\.9\.9 has no measured row"):
         compile_tables(sorted(tmp_path.glob("*.yaml")))
