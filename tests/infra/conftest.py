@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+from infra_vars import ROLES, host_vars, pattern_hosts, play_pattern, role_vars
 
 DEFAULT_TEST_IMAGE = "gpuprov-test/true:latest"
 
@@ -79,20 +78,14 @@ def as_root(host: Any) -> contextlib.AbstractContextManager[Any]:
     return host.sudo()  # type: ignore[no-any-return]
 
 
-def _defaults(role: str) -> dict[str, Any]:
-    data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
-    return dict(data or {})
-
-
-def role_vars(host: Any, role: str) -> dict[str, Any]:
-    """Role defaults overlaid with the host's inventory variables of that role."""
-    result = _defaults(role)
-    try:
-        inventory = host.ansible.get_variables()
-    except (AttributeError, RuntimeError):  # not the ansible backend
-        inventory = {}
-    result.update({k: v for k, v in inventory.items() if k.startswith(f"{role}_")})
-    return result
+def skip_outside_play(host: Any, role: str) -> None:
+    """Skip a host that the play applying ``role`` does not target (its playbook's pattern)."""
+    inventory = host_vars(host)
+    pattern = play_pattern(role)
+    if not inventory or pattern is None:
+        return
+    if inventory["inventory_hostname"] not in pattern_hosts(pattern, inventory.get("groups") or {}):
+        pytest.skip(f"not in {pattern} (the hosts of the play that applies {role})")
 
 
 # PCI class 0x03xxxx: display controllers (VGA 0x0300, 3D 0x0302), as gpu_info counts them.
@@ -108,20 +101,12 @@ def _persistenced_packages() -> list[str]:
     return [str(name) for name in data["_nvidia_driver_persistenced_packages"]]
 
 
-def driver_intent(host: Any) -> dict[str, Any]:
-    """What the nvidia_driver role must have left on this host, from the inventory and the
-    host's hardware alone, through compat as plan.yml does; never from the role's fact file.
-
-    GPUs: the host's PCI devices (under ``gpu_info_sysfs_root``, the lab's simulated tree)
-    named by the matrix. Branch: ``nvidia_driver_branch`` if pinned, else the plan's.
-    Packages: the matrix's Debian package map for that branch (kernel packages unless the
-    inventory says ``gpuprov_container_host: true``), plus ``nvidia_driver_extra_packages``
-    and nvidia-persistenced when ``nvidia_driver_persistence_mode`` (not in containers)."""
+def host_gpus(host: Any) -> list[dict[str, Any]]:
+    """The host's NVIDIA GPUs from its PCI devices (under ``gpu_info_sysfs_root``, the lab's
+    simulated tree), named by the matrix: what gpu_info reports, read independently."""
     import compat  # the controller's compat package (pip install -e .)
 
-    inventory = host.ansible.get_variables()
-    conf = role_vars(host, "nvidia_driver")
-    root = str(inventory.get("gpu_info_sysfs_root") or "/sys")
+    root = str(host_vars(host).get("gpu_info_sysfs_root") or "/sys")
     gpus: list[dict[str, Any]] = []
     for line in host.check_output(PCI_LISTING.format(root=root)).splitlines():
         vendor, device, klass = [*line.split(), "", "", ""][:3]
@@ -137,30 +122,59 @@ def driver_intent(host: Any) -> dict[str, Any]:
                 "compute_capability": row.get("compute_capability"),
             }
         )
-    container = bool(inventory.get("gpuprov_container_host", False))
+    return gpus
+
+
+def plan_intent(host: Any) -> dict[str, Any]:
+    """The plan playbooks/plan.yml must have made for this host (compat.plan_host with the
+    inventory's pins and the host's PCI devices). Debian only: compat's driver package map
+    (compat/data/drivers.yaml) covers Debian."""
+    import compat  # the controller's compat package (pip install -e .)
+
+    inventory = host_vars(host)
     if host.system_info.distribution != "debian":
         pytest.skip(
-            f"no driver intent for {host.system_info.distribution}: compat's package map "
+            f"no plan intent for {host.system_info.distribution}: compat's package map "
             "(compat/data/drivers.yaml) covers Debian"
         )
     major = str(host.system_info.release).split(".")[0]
     packages_map = compat.debian_packages().get(major, {})
-    plan = compat.plan_host(
+    torch = inventory.get("gpuprov_torch_version")
+    gpus = host_gpus(host)
+    plan: dict[str, Any] = compat.plan_host(
         gpus,
         packaged_branches=sorted(packages_map),
         os_name=f"Debian {major}",
-        driver_branch=conf.get("nvidia_driver_branch"),
+        driver_branch=role_vars(host, "nvidia_driver").get("nvidia_driver_branch"),
+        torch=None if torch is None else str(torch),
         expect_gpu=bool(inventory.get("gpuprov_expect_gpu", True)),
     )
+    plan["_packages_map"], plan["_gpus"] = packages_map, gpus
+    return plan
+
+
+def driver_intent(host: Any) -> dict[str, Any]:
+    """What the nvidia_driver role must have left on this host, from the inventory and the
+    host's hardware alone, through compat as plan.yml does; never from the role's fact file.
+
+    GPUs: ``host_gpus``. Branch: ``nvidia_driver_branch`` if pinned, else the plan's
+    (``plan_intent``). Packages: the matrix's Debian package map for that branch (kernel
+    packages unless the inventory says ``gpuprov_container_host: true``), plus
+    ``nvidia_driver_extra_packages`` and nvidia-persistenced when
+    ``nvidia_driver_persistence_mode`` (not in containers)."""
+    inventory = host_vars(host)
+    conf = role_vars(host, "nvidia_driver")
+    container = bool(inventory.get("gpuprov_container_host", False))
+    plan = plan_intent(host)
     branch = int(plan["driver"]["branch"])
-    sets = packages_map[branch]
+    sets = plan["_packages_map"][branch]
     packages = [*sets["userspace"], *(conf.get("nvidia_driver_extra_packages") or [])]
     if not container:
         packages += sets["kernel"]
         if conf.get("nvidia_driver_persistence_mode", True):
             packages += _persistenced_packages()
     return {
-        "gpus": gpus,
+        "gpus": plan["_gpus"],
         "branch": branch,
         "packages": sorted(set(packages)),
         "held": bool(conf.get("nvidia_driver_hold_packages", True)),

@@ -3,7 +3,8 @@
 pytest tests/infra/test_launch.py --hosts=ansible://all --ansible-inventory=INV
 
 The role writes /etc/gpuprov/launch.json on the hosts of its launch group only
-(dist_launch_hosts); the other hosts are skipped with that reason.
+(dist_launch_hosts, rendered from the inventory as the play sees it); the other hosts are
+skipped with that reason, and a host of the group without the file fails.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import as_root, role_vars
+from conftest import as_root, role_vars, skip_outside_play
 
 JOURNAL_UNITS = ("ssh",)
 CONFIG = "/etc/gpuprov/launch.json"
@@ -20,9 +21,16 @@ CONFIG = "/etc/gpuprov/launch.json"
 
 @pytest.fixture
 def launch(host: Any) -> dict[str, Any]:
+    """launch.json of a host in the launch group; the group comes from the inventory
+    (dist_launch_hosts as the play renders it), never from what the role wrote."""
+    skip_outside_play(host, "dist_launch")
+    name = host.ansible.get_variables()["inventory_hostname"]
+    group = role_vars(host, "dist_launch")["dist_launch_hosts"]
+    assert isinstance(group, list), f"dist_launch_hosts did not render to a list: {group!r}"
+    if name not in group:
+        pytest.skip(f"not in dist_launch_hosts ({', '.join(group) or 'empty'})")
     f = host.file(CONFIG)
-    if not f.exists:
-        pytest.skip(f"not in the launch group ({CONFIG} absent)")
+    assert f.exists, f"{name} is in dist_launch_hosts but {CONFIG} is absent"
     data = json.loads(f.content_string)
     assert isinstance(data, dict)
     return data
