@@ -79,3 +79,38 @@ def test_skip_reason_of_a_report() -> None:
     where = ("/repo/tests/lab/test_site.py", 170, "Skipped: the lab has no k40m host")
     assert lab_skips.skip_reason(where) == "the lab has no k40m host"
     assert lab_skips.skip_reason("Skipped: x") == "x"
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.infra.test_docker" name="test_engine_package_held[ansible://lab-m40]">
+<skipped type="pytest.skip" message="docker_package_hold is false">x</skipped></testcase>
+<testcase classname="tests.infra.test_jupyterlab" name="test_modes[ansible://lab-m40-config]">
+<skipped message="jupyterlab_method: none on this host (no PyTorch environment)">x</skipped>
+</testcase>
+<testcase classname="tests.infra.test_docker" name="test_engine_active[ansible://lab-m4]"/>
+<testcase classname="tests.infra.test_driver" name="test_kernel[ansible://lab-m4]">
+<skipped message="container (gpuprov_container_host): no kernel module to check">x</skipped>
+</testcase></testsuite></testsuites>"""
+
+
+def test_infra_skips_are_read_per_host_and_module_from_junit() -> None:
+    """Parametrized ids append to the host (lab-m40-config); the longest host name wins."""
+    assert lab_skips.infra_skips(JUNIT, ["lab-m4", "lab-m40"]) == {
+        "lab-m40": {
+            "test_docker": {"docker_package_hold is false"},
+            "test_jupyterlab": {"jupyterlab_method: none on this host"},
+        },
+        "lab-m4": {"test_driver": {"container"}},
+    }
+
+
+def test_infra_skips_of_an_unknown_host_are_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown host"):
+        lab_skips.infra_skips(JUNIT, ["lab-cpu"])
+
+
+def test_the_default_lab_table_names_the_default_lab_hosts() -> None:
+    from gpuprov_lab.profiles import load_lab_data
+
+    hosts = load_lab_data().presets[lab_skips.DEFAULT_PRESET]
+    assert set(lab_skips.INFRA_DEFAULT) == set(hosts)

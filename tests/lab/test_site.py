@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
+from lab_skips import DEFAULT_PRESET, INFRA_DEFAULT, infra_skips
 
 import compat
 
@@ -406,13 +408,18 @@ def test_check_mode_on_the_converged_lab_changes_nothing(
 
 
 def test_testinfra_suite_passes(
-    lab: Lab, converged: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    lab: Lab, converged: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     if not converged:
         pytest.skip("site.yml did not converge")
     start = time.monotonic()
-    proc = lab.testinfra("all")
+    junit = tmp_path / "infra.xml"
+    proc = lab.testinfra("all", "tests/infra", f"--junitxml={junit}")
     report_time(capsys, "testinfra suite", time.monotonic() - start)
+    # Each host skips exactly what the lab's inventory decides (lab_skips.INFRA_DEFAULT).
+    if os.environ.get("GPUPROV_LAB_HOSTS", DEFAULT_PRESET) == DEFAULT_PRESET:
+        skips = infra_skips(junit.read_text(encoding="utf-8"), lab.groups["lab"])
+        assert skips == INFRA_DEFAULT
     # Every host was really tested, and the GPU-only modules ran on the GPU hosts.
     for host in lab.groups["lab"]:
         assert re.search(rf"\[ansible://{re.escape(host)}\] PASSED", proc.stdout), host
