@@ -15,7 +15,7 @@ LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-
 
 .PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
         lab-status site report check syntax \
-        bench bench-site readme-table test-faults test-kernel
+        bench bench-site readme-table test-faults test-kernel ee
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -109,6 +109,19 @@ bench: venv  ## speed ratios (CLI start-up vs bare Python; planning 1k vs 10k ho
 	$(BIN)/python -m compileall -q compat
 	$(BIN)/python scripts/bench_cli.py
 	$(BIN)/python scripts/bench_plan.py
+
+# The execution environment's build context (execution-environment.yml): the collection's
+# tarball and gpuprov's wheel in $(EE_DIR), then `ansible-builder create` writes the
+# Containerfile and context to $(EE_DIR)/context. `ansible-builder build` makes the image
+# where quay.io is reachable (not on our machines).
+# execution-environment.yml reads its artifacts from here.
+EE_DIR := build/ee
+ee: venv  ## the AWX/AAP execution environment's build context (ansible-builder create)
+	rm -rf $(EE_DIR) && mkdir -p $(EE_DIR)
+	$(BIN)/ansible-galaxy collection build --output-path $(EE_DIR) .
+	mv $(EE_DIR)/gpuprov-fleet-*.tar.gz $(EE_DIR)/gpuprov-fleet.tar.gz
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(EE_DIR) .
+	$(BIN)/ansible-builder create --file execution-environment.yml --context $(EE_DIR)/context
 
 bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; 4 hosts vs 1)
 	$(BIN)/python scripts/bench_site.py

@@ -61,6 +61,7 @@ __all__ = [
     "load",
     "lookup",
     "parse_driver",
+    "perf_floors",
     "plan_host",
     "releases_for_gpu",
     "resolve",
@@ -385,6 +386,14 @@ def install_for(
         torchvision=torchvision or None,
         torchaudio=torchaudio or None,
     )
+
+
+def perf_floors() -> list[dict[str, Any]]:
+    """The performance floors per GPU model (compat/data/perf.yaml, validated; GPU_COMPAT_DATA's
+    when it holds one) that the gpu_smoke role's PERF layer judges a host by."""
+    from compat.data import load_raw
+
+    return [dict(row) for row in load_raw()["floors"]]
 
 
 def debian_packages() -> dict[str, dict[int, dict[str, list[str]]]]:

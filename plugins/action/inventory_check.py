@@ -502,12 +502,19 @@ def check_host(
 # the action plugin
 
 
+COLLECTION = "gpuprov.fleet"
+# The collection's roles: this file is its plugins/action/inventory_check.py (galaxy.yml).
+ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
+
+
 def _filter(name: str) -> Callable[..., Any]:
     from ansible.plugins.loader import filter_loader
 
-    plugin = filter_loader.get(name)
+    # The collection's filter by FQCN (installed, or the checkout through dev_collections/),
+    # else by the short name ansible.cfg's filter_plugins gives the checkout.
+    plugin = filter_loader.get(f"{COLLECTION}.{name}") or filter_loader.get(name)
     if plugin is None:
-        raise AnsibleError(f"inventory_check: filter {name} not found (plugins/filter)")
+        raise AnsibleError(f"inventory_check: filter {COLLECTION}.{name} not found")
     return plugin.j2_function  # type: ignore[no-any-return]
 
 
@@ -551,14 +558,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
         result: dict[str, Any] = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = self._task.args
-        table = build_table(
-            Path(args["roles_dir"]), args.get("extra_types") or {}, args.get("rules") or {}
-        )
+        roles_dir = Path(args["roles_dir"]) if args.get("roles_dir") else ROLES_DIR
+        table = build_table(roles_dir, args.get("extra_types") or {}, args.get("rules") or {})
         matrix = filter_matrix()
         shared = Shared(
             _filter("gpuprov_secret_problems"),
             _filter("gpuprov_is_loopback"),
-            serving_port_variables(Path(args["roles_dir"])),
+            serving_port_variables(roles_dir),
         )
         hostvars = task_vars["hostvars"]
         lines: list[str] = []

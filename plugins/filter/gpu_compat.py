@@ -15,7 +15,9 @@ description:
     C(gpu_compat_gpu) one GPU record (empty dict when unknown); C(gpu_compat_branch_check)
     whether a driver branch drives every GPU of a host; C(gpu_compat_allowed_branches) the
     branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
-    whole C(gpu_info) fact, the packaged branches and the inventory pins.
+    whole C(gpu_info) fact, the packaged branches and the inventory pins;
+    C(gpu_compat_perf_floors) the performance floors of C(compat/data/perf.yaml) (or of the
+    YAML file it is given).
   - Over C(compat/data/{triton,onnx,torchserve}.yaml), as C(gpu-compat serving)
     does, C(gpu_serving_triton_check) judges one NGC tritonserver tag against the host's driver
     branch and GPUs (C(ok), C(reasons)); C(gpu_serving_triton_pick) returns the newest tag
@@ -70,6 +72,7 @@ _value:
   type: dict
 """
 
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -245,6 +248,29 @@ def gpu_compat_host_modules(what: Any = "smoke") -> list[str]:
     return list(compat.HOST_MODULES)
 
 
+def gpu_compat_perf_floors(path: Any = None) -> list[dict[str, Any]]:
+    """The performance floors the gpu_smoke role judges PERF by: the matrix's (compat/data's
+    perf.yaml, or GPU_COMPAT_DATA's) when ``path`` is empty, else the ``floors`` list of the
+    YAML file at ``path`` (gpu_smoke_perf_file)."""
+    _require()
+    if path in (None, ""):
+        return compat.perf_floors()
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(str(path)).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise AnsibleFilterError(
+            f"gpu_compat_perf_floors: cannot read {path} (gpu_smoke_perf_file): {exc}"
+        ) from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("floors"), list):
+        raise AnsibleFilterError(
+            f"gpu_compat_perf_floors: {path} (gpu_smoke_perf_file) holds no 'floors' list"
+        )
+    rows: list[dict[str, Any]] = doc["floors"]
+    return rows
+
+
 # --- serving (compat/serving.py) ----------------------------------------------------------
 
 
@@ -297,6 +323,7 @@ class FilterModule:
             "gpu_compat_install": gpu_compat_install,
             "gpu_compat_os_packages": gpu_compat_os_packages,
             "gpu_compat_host_modules": gpu_compat_host_modules,
+            "gpu_compat_perf_floors": gpu_compat_perf_floors,
             "gpu_serving_triton_check": gpu_serving_triton_check,
             "gpu_serving_triton_pick": gpu_serving_triton_pick,
             "gpu_serving_onnx_runtimes": gpu_serving_onnx_runtimes,

@@ -40,8 +40,8 @@ options:
 """
 
 PLUGINS = Path(__file__).absolute().parent.parent
-# gpuprov's scripts: roles copy some of them to hosts (the smoke layers, the export check).
-SCRIPTS = PLUGINS.parent / "scripts"
+# The scripts roles copy to hosts (the smoke layers, the launch and export checks).
+SCRIPTS = PLUGINS.parent / "scripts" / "smoke"
 # The compat package: its data decides the smoke floors and tables; its stdlib-only modules
 # (the fatbin reader) are copied to hosts.
 COMPAT = PLUGINS.parent / "compat"

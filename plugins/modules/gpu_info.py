@@ -137,16 +137,28 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-# gpuprov's one hardware probe (plugins/module_utils/gpu_probe.py, ansible.cfg's module_utils):
-# AnsiballZ ships it to the host with this module.
-from ansible.module_utils.gpu_probe import (
-    SMI_FIELDS,
-    UNKNOWN,
-    build_labels,
-    import_pynvml,
-    probe,
-    smi_command,
-)
+# gpuprov's one hardware probe (plugins/module_utils/gpu_probe.py): AnsiballZ ships it to the
+# host with this module. Installed as the gpuprov.fleet collection it is the collection's
+# module_utils; from the checkout, ansible.cfg's module_utils path. Both imports are optional
+# to AnsiballZ (inside try), and the one that resolves is shipped.
+try:
+    from ansible_collections.gpuprov.fleet.plugins.module_utils.gpu_probe import (
+        SMI_FIELDS,
+        UNKNOWN,
+        build_labels,
+        import_pynvml,
+        probe,
+        smi_command,
+    )
+except ImportError:
+    from ansible.module_utils.gpu_probe import (
+        SMI_FIELDS,
+        UNKNOWN,
+        build_labels,
+        import_pynvml,
+        probe,
+        smi_command,
+    )
 
 __all__ = ["SMI_FIELDS", "gather", "main", "run_smi"]
 

@@ -16,7 +16,9 @@ description:
   - Each file is written to a temporary file in its directory and renamed over the old one,
     so an interrupted run leaves either the old or the new file, never half of one.
   - Used through the action plugin of the same name, which reads the sources on the
-    controller. The hosts get the content, never a controller path.
+    controller, from C(src_dir) or from a C(payload) of the collection (C(smoke) is
+    scripts/smoke, C(compat) the compat host modules, C(probe) plugins/module_utils).
+    The hosts get the content, never a controller path.
   - No diff text, since these are gpuprov's scripts, not configuration. C(changed_files)
     names what changed (what --diff would otherwise print in full).
 version_added: "0.5.0"
@@ -45,7 +47,7 @@ attributes:
 EXAMPLES = r"""
 - name: Copy the smoke scripts
   gpuprov_files:
-    src_dir: "{{ role_path }}/files/smoke"
+    payload: smoke
     names: [smokelib.py, run_all.py]
     dest_dir: /opt/gpuprov/smoke
     mode: "0755"

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dist_launch as flt  # roles/dist_launch/filter_plugins/dist_launch.py
+import dist_launch as flt  # plugins/filter/dist_launch.py
 import gpuprov_launch as gl  # roles/dist_launch/files/gpuprov_launch.py
 import pytest
 from launch_config import launch_config

@@ -39,11 +39,31 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_install",
         "gpu_compat_os_packages",
         "gpu_compat_host_modules",
+        "gpu_compat_perf_floors",
         "gpu_serving_triton_check",
         "gpu_serving_triton_pick",
         "gpu_serving_onnx_runtimes",
         "gpu_serving_torchserve_check",
     }
+
+
+def test_perf_floors_are_the_matrix_file_or_the_one_given(plugin: ModuleType, tmp_path) -> None:
+    import yaml
+
+    own = yaml.safe_load((ROOT / "compat" / "data" / "perf.yaml").read_text())["floors"]
+    assert own
+    assert plugin.gpu_compat_perf_floors("") == own
+    assert plugin.gpu_compat_perf_floors(None) == own
+    mine = tmp_path / "perf.yaml"
+    mine.write_text("floors:\n  - {gpu: Tesla K40m, matmul_tflops: 1.0, source: mine}\n")
+    assert plugin.gpu_compat_perf_floors(str(mine)) == [
+        {"gpu": "Tesla K40m", "matmul_tflops": 1.0, "source": "mine"}
+    ]
+    mine.write_text("floor: []\n")
+    with pytest.raises(AnsibleFilterError, match=r"perf.yaml \(gpu_smoke_perf_file\) holds no"):
+        plugin.gpu_compat_perf_floors(str(mine))
+    with pytest.raises(AnsibleFilterError, match=r"cannot read .*nope.yaml \(gpu_smoke_perf_f"):
+        plugin.gpu_compat_perf_floors(str(tmp_path / "nope.yaml"))
 
 
 @pytest.mark.parametrize("block", ["DOCUMENTATION", "EXAMPLES", "RETURN"])

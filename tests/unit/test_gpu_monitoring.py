@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gpu_monitoring as flt  # roles/gpu_monitoring/filter_plugins/gpu_monitoring.py
+import gpu_monitoring as flt  # plugins/filter/gpu_monitoring.py
 import gpuprov_gpu_metrics as col  # roles/gpu_monitoring/files/gpuprov_gpu_metrics.py
 import pytest
 import yaml

@@ -431,12 +431,14 @@ def test_needs_only_the_standard_library_and_python_3_9():
 
 
 def test_the_gpu_smoke_role_copies_the_probe_next_to_the_scripts():
+    import gpuprov_files_action as action  # plugins/action/gpuprov_files.py (conftest.py)
+
     tasks = yaml.safe_load((ROOT / "roles" / "gpu_smoke" / "tasks" / "install.yml").read_text())
-    copies = [t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t]
-    assert {
-        "src": "{{ role_path }}/../../plugins/module_utils/gpu_probe.py",
-        "dest": "{{ gpu_smoke_scripts_dir }}/gpu_probe.py",
-    }.items() <= next(c for c in copies if "gpu_probe" in c["src"]).items()
+    copies = [t["gpuprov_files"] for t in tasks if "gpuprov_files" in t]
+    probe = next(c for c in copies if c.get("names") == ["gpu_probe.py"])
+    assert probe["dest_dir"] == "{{ gpu_smoke_scripts_dir }}"
+    # The payload the collection ships: this very file, not a copy of it.
+    assert action.payload_dir(probe["payload"]) / "gpu_probe.py" == PROBE
 
 
 # --- one probe: no second copy in plugins/ or scripts/ ----------------------------------------

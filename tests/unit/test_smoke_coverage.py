@@ -63,10 +63,10 @@ def test_the_role_and_the_fabfile_copy_exactly_these_modules() -> None:
     copies = [
         t["gpuprov_files"]["names"]
         for t in tasks
-        if str(t.get("gpuprov_files", {}).get("src_dir", "")).endswith("/compat")
+        if t.get("gpuprov_files", {}).get("payload") == "compat"
     ]
     # The role holds no list of its own: it asks compat (one source).
-    assert copies == ["{{ 'smoke' | gpu_compat_host_modules }}"]
+    assert copies == ["{{ 'smoke' | gpuprov.fleet.gpu_compat_host_modules }}"]
     import gpu_compat
 
     assert gpu_compat.gpu_compat_host_modules() == list(HOST_MODULES)

@@ -1,3 +1,5 @@
+# Copyright: gpuprov contributors
+# SPDX-License-Identifier: Apache-2.0
 """Filters of the dist_launch role: the hostfile, the slots and the network interface.
 
 Pure functions of the hosts' facts (unit-tested in tests/unit/test_dist_launch.py); the

@@ -1,3 +1,5 @@
+# Copyright: gpuprov contributors
+# SPDX-License-Identifier: Apache-2.0
 """Filters of the gpu_monitoring role (pure; unit-tested in tests/unit/test_gpu_monitoring.py).
 
 gpu_monitoring_facts(plan, smoke, smoke_time)   the facts document the collector reads
