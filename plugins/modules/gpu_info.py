@@ -142,23 +142,16 @@ from ansible.module_utils.basic import AnsibleModule
 # module_utils; from the checkout, ansible.cfg's module_utils path. Both imports are optional
 # to AnsiballZ (inside try), and the one that resolves is shipped.
 try:
-    from ansible_collections.gpuprov.fleet.plugins.module_utils.gpu_probe import (
-        SMI_FIELDS,
-        UNKNOWN,
-        build_labels,
-        import_pynvml,
-        probe,
-        smi_command,
-    )
+    from ansible_collections.gpuprov.fleet.plugins.module_utils import gpu_probe as _gp
 except ImportError:
-    from ansible.module_utils.gpu_probe import (
-        SMI_FIELDS,
-        UNKNOWN,
-        build_labels,
-        import_pynvml,
-        probe,
-        smi_command,
-    )
+    from ansible.module_utils import gpu_probe as _gp
+
+SMI_FIELDS = _gp.SMI_FIELDS
+UNKNOWN = _gp.UNKNOWN
+build_labels = _gp.build_labels
+import_pynvml = _gp.import_pynvml
+probe = _gp.probe
+smi_command = _gp.smi_command
 
 __all__ = ["SMI_FIELDS", "gather", "main", "run_smi"]
 
