@@ -18,8 +18,8 @@ running container (`keeper`, restart policy unless-stopped).
 Each case ends with the host's testinfra modules of the driver, Docker and the toolkit
 passing (`tests/infra`). The table (fault, first run, re-run) is printed at the end of the
 module. The cases are marked `faults` (and `lab`); CI's `make test-lab` runs them after the
-other lab modules, before test_lab_ops.py (about 6 min for the thirteen on the 2-core
-machine), and `make test-faults` runs them alone on a lab.
+other lab modules, before test_lab_ops.py (about 6 min for the thirteen before the
+foreign-driver case, on the 2-core machine), and `make test-faults` runs them alone on a lab.
 """
 
 from __future__ import annotations
@@ -840,6 +840,91 @@ def test_docker_ce_someone_installed_is_refused_then_replaced_on_request(
         "Docker CE installed by someone else, docker_source left at distro",
         _verdict(first),
         "ok with docker_foreign_engine=replace (docker-ce removed, said so); third run changed=0",
+        capsys,
+    )
+
+
+# NVIDIA's driver installed by someone else, both ways NVIDIA documents: the CUDA repository's
+# metapackage (a stand-in: an empty package of that name and a version of that repository) and
+# the .run installer (stand-ins of its two programs; the uninstaller removes both and leaves a
+# mark, as the real one removes what it installed).
+FOREIGN_DRIVER_STANDIN = """
+set -e
+d=$(mktemp -d); mkdir -p "$d/DEBIAN"
+cat > "$d/DEBIAN/control" <<'CONTROL'
+Package: cuda-drivers
+Version: 560.35.03-1
+Architecture: all
+Maintainer: gpuprov lab <lab@localhost>
+Description: stand-in for cuda-drivers from NVIDIA's CUDA repository (gpuprov fault suite)
+CONTROL
+dpkg-deb --build "$d" /root/cuda-drivers-standin.deb >/dev/null
+dpkg -i /root/cuda-drivers-standin.deb >/dev/null
+printf '#!/bin/sh\necho stand-in for nvidia-installer\n' > /usr/bin/nvidia-installer
+cat > /usr/bin/nvidia-uninstall <<'UNINSTALL'
+#!/bin/sh
+[ "$1" = --silent ] || exit 2
+echo "$*" > /root/nvidia-uninstall-ran
+rm -f /usr/bin/nvidia-installer /usr/bin/nvidia-uninstall
+UNINSTALL
+chmod 0755 /usr/bin/nvidia-installer /usr/bin/nvidia-uninstall
+"""
+FOREIGN_DRIVER = (
+    "cuda-drivers 560.35.03-1 (a package of NVIDIA's CUDA repository), "
+    "/usr/bin/nvidia-installer (NVIDIA's .run installer), "
+    "/usr/bin/nvidia-uninstall (NVIDIA's .run installer)"
+)
+
+
+def test_a_driver_someone_else_installed_is_refused_kept_or_replaced(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A driver from NVIDIA's CUDA repository or its .run installer: the driver role used to
+    install Debian's over it without a word. Now preflight names it and stops (nothing
+    changed); adopt keeps it; replace (the explicit opt-in) removes it, says so, and the run
+    after that changes nothing."""
+    host, reports = faulty
+    installed = "dpkg-query -W -f '${Status} ${Version}' cuda-drivers"
+    ours = f"dpkg-query -W -f '${{Status}}\\n' {DRIVER_PKGS}"
+    _sh(lab, host, FOREIGN_DRIVER_STANDIN)
+    try:
+        first = _play(lab, DRIVER, host, reports)
+        assert first.returncode != 0, first.stdout[-3000:]
+        error = _first_error(first.stdout)
+        assert f"has an NVIDIA driver from another source: {FOREIGN_DRIVER}" in error, error
+        assert "nvidia_driver_foreign_driver" in first.stdout, error
+        assert _recap_changed(first.stdout, host) == 0
+        kept = _play(lab, DRIVER, host, reports, "-e", "nvidia_driver_foreign_driver=adopt")
+        assert kept.returncode == 0, kept.stdout[-4000:]
+        assert "Keeping (nvidia_driver_foreign_driver: adopt) the NVIDIA driver someone else" in (
+            kept.stdout
+        )
+        assert _sh(lab, host, installed).startswith("install ok installed 560.35.03-1"), host
+        assert _sh(lab, host, "test -x /usr/bin/nvidia-uninstall && echo yes") == "yes\n"
+    finally:
+        replaced = _play(lab, DRIVER, host, reports, "-e", "nvidia_driver_foreign_driver=replace")
+    assert replaced.returncode == 0, replaced.stdout[-4000:]
+    assert "Replacing (nvidia_driver_foreign_driver: replace) the NVIDIA driver someone else" in (
+        replaced.stdout
+    )
+    gone = _sh(lab, host, installed, check=False)
+    assert not gone.startswith("install ok installed"), gone
+    assert _sh(lab, host, "cat /root/nvidia-uninstall-ran") == "--silent\n"
+    assert (
+        _sh(lab, host, "ls /usr/bin/nvidia-installer /usr/bin/nvidia-uninstall", check=False) == ""
+    )
+    # Ours is untouched by all of it: installed and held.
+    assert set(_sh(lab, host, ours).split("\n")) - {""} == {"hold ok installed"}
+    _assert_nothing_lost(lab, host)
+    third = _play(lab, DRIVER, host, reports)
+    assert third.returncode == 0, third.stdout[-4000:]
+    assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
+    _row(
+        "NVIDIA's driver installed by someone else (cuda-drivers from NVIDIA's repository, "
+        "the .run installer's programs)",
+        _verdict(first),
+        "ok with nvidia_driver_foreign_driver=adopt (kept); ok with =replace (cuda-drivers "
+        "purged, nvidia-uninstall --silent ran, said so); third run changed=0",
         capsys,
     )
 
