@@ -185,7 +185,7 @@ def test_torchserve_0_11_0_token_auth_is_not_on_by_default() -> None:
     row = _row("torchserve.yaml", "torchserve", "version", "0.11.0")
     assert "--plugins-path" in row["source"]
     assert "0.11.1" in row["notes"]
-    assert row["confidence"] == "unverified"  # its status field was not read
+    assert row["status"] == "limited-maintenance"  # read in 2026-12-03's pass (was active)
 
 
 # 4. errors.yaml. gpu-too-old: old_gpu_warn is in torch/cuda/__init__.py of the 2.0.0-2.6.0
@@ -283,4 +283,4 @@ def test_the_old_kepler_pattern_missed_the_logged_shapes() -> None:
     assert missed == ["dmesg", "syslog", "three-spaces", "two-spaces"]
     row = _row("errors.yaml", "errors", "id", "kepler-unsupported-driver")
     assert row["patterns"] != [OLD_KEPLER_PATTERN]
-    assert row["confidence"] == "unverified"  # no NVIDIA source text
+    assert "nv-kernel.o_binary" in row["source"]  # NVIDIA's own text (2026-12-03's pass)
