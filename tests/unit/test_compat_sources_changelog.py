@@ -125,3 +125,57 @@ def test_every_torchserve_release_is_in_limited_maintenance(version: str) -> Non
     verdict = compat.serving_torchserve(version, "2.3.0", 17)
     assert verdict["status"] == "limited-maintenance"
     assert any("no further fixes or security patches" in r for r in verdict["reasons"])
+
+
+# ---------------------------------------------------------------- gpus.yaml (2026-12-03)
+
+DERIVED = {
+    "Tesla M4": "GM206",
+    "GeForce RTX 2060 SUPER": "TU106",
+    "GeForce RTX 2070 SUPER": "TU104",
+    "GeForce RTX 2080 SUPER": "TU104",
+    "A10G": "GA102",
+    "GeForce RTX 4070 SUPER": "AD104",
+    "GeForce RTX 4070 Ti SUPER": "AD103",
+    "GeForce RTX 4080 SUPER": "AD103",
+    "GeForce RTX 4090 D": "AD102",
+    "L20": "AD102",
+    "H800": "GH100",
+    "H800 PCIe": "GH100",
+    "GeForce RTX 5090 D": "GB202",
+}
+MIG_ROWS = {
+    "H20": "'H20 | Hopper | GH100 | 9.0 | 96GB'",
+    "GH200 120GB": "'H100 on GH200 | Hopper | GH100 | 9.0 | 96GB'",
+    "B200": "'B200 | Blackwell | GB100 | 10.0 | 180GB'",
+    "GB200": "'GB200 | Blackwell | GB100 | 10.0 | 186GB'",
+}
+
+
+@pytest.mark.parametrize(("name", "die"), sorted(DERIVED.items()))
+def test_compute_capabilities_derived_from_the_die(name: str, die: str) -> None:
+    row = _row("gpus.yaml", "gpus", "name", name)
+    source = " ".join(row["source"].split())
+    assert "confidence" not in row
+    assert f"compute capability derived: {die} die" in source
+    assert "pci.ids" in source.split("compute capability derived:", 1)[1]
+
+
+@pytest.mark.parametrize(("name", "quote"), sorted(MIG_ROWS.items()))
+def test_values_read_in_nvidias_mig_guide(name: str, quote: str) -> None:
+    row = _row("gpus.yaml", "gpus", "name", name)
+    assert "confidence" not in row
+    assert quote in " ".join(row["source"].split())
+    cc, mem = re.findall(r"\| ([\d.]+) \| (\d+)GB'", quote)[0]
+    assert (row["compute_capability"], row["memory_gib"]) == (cc, int(mem))
+
+
+def test_the_h100_hbm2e_name_is_in_nvidias_driver_list() -> None:
+    row = _row("gpus.yaml", "gpus", "name", "H100 80GB HBM2e")
+    assert "confidence" not in row
+    assert "@46d0ada3" in row["source"]
+
+
+def test_the_header_says_how_a_compute_capability_is_derived() -> None:
+    head = (Path(data_dir()) / "gpus.yaml").read_text().split("gpus:", 1)[0]
+    assert "may be derived" in head
