@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import pytest
+from infra_vars import role_vars
 
 # playbooks/driver.yml targets gpu_nodes: other hosts are skipped (conftest.py).
 PLAY_GROUP = "gpu_nodes"
@@ -92,6 +93,18 @@ DEBIAN_COMPONENTS = "/etc/apt/sources.list.d/gpuprov-debian-nonfree.sources"
 SOURCE_FILES = (
     "/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources"
 )
+
+
+def test_nvml_python_binding_imports(host: Any) -> None:
+    """gpu_info reads the GPUs through NVML first: the host's own Python imports the binding
+    the role installs (nvidia_driver_nvml_python; Debian's python3-pynvml)."""
+    if not role_vars(host, "nvidia_driver").get("nvidia_driver_nvml_python", True):
+        pytest.skip("nvidia_driver_nvml_python is off in the inventory")
+    if host.system_info.distribution != "debian":
+        pytest.skip("the role installs NVML's Python binding on Debian only")
+    assert host.package("python3-pynvml").is_installed
+    probe = host.run("/usr/bin/python3 -c 'import pynvml; print(pynvml.__name__)'")
+    assert probe.rc == 0, probe.stderr
 
 
 def test_debian_components_repeat_no_other_source(host: Any) -> None:
