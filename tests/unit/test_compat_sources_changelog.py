@@ -179,3 +179,53 @@ def test_the_h100_hbm2e_name_is_in_nvidias_driver_list() -> None:
 def test_the_header_says_how_a_compute_capability_is_derived() -> None:
     head = (Path(data_dir()) / "gpus.yaml").read_text().split("gpus:", 1)[0]
     assert "may be derived" in head
+
+
+# ---------------------------------------------------------------- torch_2.yaml, perf.yaml
+
+
+@pytest.mark.parametrize(
+    ("version", "variant", "pr"),
+    [
+        ("2.12.0", "cu132", "#188914"),
+        ("2.12.1", "cu132", "#188914"),
+        ("2.13.0", "cu132", "#188925"),
+        ("2.14.0", "cu132", "#188914"),
+        ("2.14.1", "cu132", "#188914"),
+        ("2.15.0", "cu130", "#188914"),
+    ],
+)
+def test_release_wheels_ship_without_ptx(real: Matrix, version: str, variant: str, pr: str) -> None:
+    """pytorch/pytorch PR #188914 and its release/2.13 pick #188925: release and RC CUDA
+    wheels ship without +PTX (RELEASE.md's 12.0+PTX is the nightly list)."""
+    release = real.release(version)
+    assert release is not None
+    (v,) = [v for v in release.variants if v.name == variant]
+    assert list(v.ptx) == []
+    doc = yaml.safe_load((Path(data_dir()) / "torch_2.yaml").read_text())["releases"]
+    (row,) = [r for r in doc if str(r["version"]) == version]
+    (var,) = [x for x in row["variants"] if x["name"] == variant]
+    assert f"PR {pr}" in " ".join(var["notes"].split())
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fp32", "fp16", "bandwidth"),
+    [
+        ("Tesla P100-PCIE-12GB", 9.3, 18.7, 549),
+        ("Tesla P100-PCIE-16GB", 9.3, 18.7, 732),
+        ("Tesla V100S-PCIE-32GB", 16.4, 130.0, 1134),
+        ("A100-PCIE-40GB", 19.5, 312.0, 1555),
+        ("A100 80GB PCIe", 19.5, 312.0, 1935),
+        ("A10", 31.2, 125.0, 600),
+        ("H100 NVL", 60.0, 835.5, 3900),  # 1,671 with sparsity (was 835)
+    ],
+)
+def test_datasheet_peaks_read_again(gpu: str, fp32: float, fp16: float, bandwidth: int) -> None:
+    row = _row("perf.yaml", "floors", "gpu", gpu)
+    assert (row["peak_fp32_tflops"], row["peak_fp16_tflops"], row["peak_bandwidth_gbs"]) == (
+        fp32,
+        fp16,
+        bandwidth,
+    )
+    assert "confidence" not in row
+    assert "recalled" not in row["notes"]
