@@ -109,7 +109,7 @@ def test_every_payload_the_roles_name_holds_their_files() -> None:
                 assert (action.payload_dir(t["payload"]) / name).is_file(), (t, name)
 
 
-def test_a_payload_must_be_known_and_alone() -> None:
+def test_an_unknown_payload_is_refused_naming_the_known_ones() -> None:
     import gpuprov_files_action as action
     from ansible.errors import AnsibleActionFail
 
