@@ -205,7 +205,7 @@ def test_release_wheels_ship_without_ptx(real: Matrix, version: str, variant: st
     doc = yaml.safe_load((Path(data_dir()) / "torch_2.yaml").read_text())["releases"]
     (row,) = [r for r in doc if str(r["version"]) == version]
     (var,) = [x for x in row["variants"] if x["name"] == variant]
-    assert f"PR {pr}" in " ".join(var["notes"].split())
+    assert f"PR {pr}" in " ".join(f"{var['notes']} {var['source']}".split())
 
 
 @pytest.mark.parametrize(

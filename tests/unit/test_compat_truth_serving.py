@@ -109,10 +109,29 @@ def test_runtime_rows_of_the_official_table_are_sourced(onnxruntime: str) -> Non
     assert runs[onnxruntime] == RUNTIMES[onnxruntime][0]
 
 
-@pytest.mark.parametrize("onnxruntime", ["1.21", "1.23", "1.30", "1.32"], ids=str)
-def test_runtime_rows_after_the_official_table_stay_unverified(onnxruntime: str) -> None:
+# After the official table: read from the released wheels (2026-12-03): a model stamped with a
+# newer opset is refused naming the runtime's ceiling ("... is till opset N"), one stamped IR 99
+# names its highest IR version; 1.30 and 1.32 had 23 and 1.19 (a lower bound, from memory).
+MEASURED_RUNTIMES = {
+    "1.21": (22, "1.17", "till opset 22."),
+    "1.23": (23, "1.18", "till opset 23."),
+    "1.30": (26, "1.21", "till opset 26."),
+    "1.32": (28, "1.23", "till opset 28."),
+}
+
+
+@pytest.mark.parametrize("onnxruntime", sorted(MEASURED_RUNTIMES), ids=str)
+def test_runtime_rows_after_the_official_table_are_read_from_the_wheels(onnxruntime: str) -> None:
     row = _row("onnx.yaml", "runtimes", "onnxruntime", onnxruntime)
-    assert row["confidence"] == "unverified"
+    max_opset, onnx, refusal = MEASURED_RUNTIMES[onnxruntime]
+    assert (row["max_opset"], row["onnx"]) == (max_opset, onnx)
+    assert row.get("confidence") is None
+    source = " ".join(row["source"].split())
+    assert f"onnxruntime-{onnxruntime}.0-cp311" in source
+    assert "sha256" in source
+    assert refusal in source
+    runs = {str(r["onnxruntime"]): r["max_opset"] for r in compat.serving_onnx_runtimes()}
+    assert runs[onnxruntime] == max_opset
 
 
 def test_onnxruntime_1_12_notes_that_the_official_tables_disagree() -> None:
