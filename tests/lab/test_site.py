@@ -113,6 +113,28 @@ def changed_tasks(doc: dict[str, Any], host: str) -> list[str]:
     return names
 
 
+# playbooks/driver.yml's second play: only the GPU nodes whose driver must change, in batches.
+ROLLING_DRIVER_PLAY = "Roll the NVIDIA driver out in batches to the nodes whose driver changes"
+
+
+def play_hosts(doc: dict[str, Any], name: str) -> set[str]:
+    """The hosts any task of the play ``name`` ran on (one entry per serial batch)."""
+    return {
+        host
+        for play in doc["plays"]
+        if play["play"]["name"] == name
+        for task in play["tasks"]
+        for host in task["hosts"]
+    }
+
+
+def driver_hooks(reports: Path) -> list[tuple[str, str]]:
+    """(drain|undrain, host) in the order the lab's hooks ran (inventories/lab/group_vars)."""
+    log = reports / "driver-hooks.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(w, h) for w, h in (line.split() for line in lines)]
+
+
 def diff_lines(doc: dict[str, Any]) -> dict[str, int]:
     """'host / task' -> lines of --diff text (before, after, prepared) that task printed."""
     lines: dict[str, int] = {}
@@ -249,6 +271,14 @@ def test_site_converges(
         assert stats["unreachable"] == 0, host
     for host in lab.groups["gpu_nodes"]:
         assert doc["stats"][host]["changed"] > 0, (host, doc["stats"][host])
+    # Fresh nodes all need their driver: every one is rolled, in batches, between the lab's
+    # drain and undrain hooks (inventories/lab/group_vars/lab.yml: a line each in the log).
+    assert play_hosts(doc, ROLLING_DRIVER_PLAY) == set(lab.groups["gpu_nodes"])
+    hooks = driver_hooks(report_dir)
+    assert sorted(h for w, h in hooks if w == "drain") == sorted(lab.groups["gpu_nodes"]), hooks
+    for drained, undrained in zip(hooks[::2], hooks[1::2], strict=True):
+        assert (drained[0], undrained[0], drained[1]) == ("drain", "undrain", undrained[1]), hooks
+    converged["hooks"] = len(hooks)
     # What the roles promise is really there (the testinfra suite checks the rest).
     for host in lab.groups["gpu_nodes"]:
         snap = snapshot(lab, host)
@@ -360,6 +390,9 @@ def test_drift_is_found_and_repaired_only_where_it_is(
         assert task in repaired[role], (role, repaired[role])
     for other in sorted(set(lab.groups["lab"]) - {host}):
         assert doc["stats"][other]["changed"] == 0, (other, changed_tasks(doc, other))
+    # Only the node whose driver drifted (a package unheld) waits for a batch; the others were
+    # verified in the first play, all at once.
+    assert play_hosts(doc, ROLLING_DRIVER_PLAY) == {host}
     # The run after the repair must change nothing: test_site_second_run_changes_nothing,
     # next in this module, is that run (one no-op run of the whole site for both checks).
 
@@ -382,6 +415,10 @@ def test_site_second_run_changes_nothing(
     for host, stats in doc["stats"].items():
         assert stats["failures"] == 0, (host, failed_results(doc))
         assert stats["changed"] == 0, (host, changed_tasks(doc, host))
+    # No node's driver changes: no batch runs (a converged fleet is verified all at once), and
+    # no node is drained.
+    assert play_hosts(doc, ROLLING_DRIVER_PLAY) == set()
+    assert len(driver_hooks(Path(lab.reports))) == converged["hooks"] + 2  # the drift's node
 
 
 def test_check_mode_on_the_converged_lab_changes_nothing(
