@@ -230,13 +230,13 @@ def build_packages(out_dir: Path, work: Path, version: str) -> list[Path]:
     ]
 
 
-def _release(dist: Path) -> str:
-    """The Release file of a flat repository in ``dist``."""
+def _release(dist: Path, date: float | None = None) -> str:
+    """The Release file of a flat repository in ``dist``, dated ``date`` (default: now)."""
     files = [dist / "Packages", dist / "Packages.gz"]
     lines = [
         "Origin: gpuprov-lab",
         "Label: gpuprov lab stand-in for libnvidia-container",
-        f"Date: {formatdate(usegmt=True)}",
+        f"Date: {formatdate(date, usegmt=True)}",
         "Acquire-By-Hash: no",
     ]
     for field, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
@@ -282,24 +282,47 @@ def build_signed_repo(
     return repo_dir, key_path
 
 
-def sign(repo_dir: Path, dist: Path) -> str:
-    """Sign ``dist/Release`` (InRelease, Release.gpg) with a NEW throwaway key and publish it
-    as ``repo_dir/gpgkey``; returns the ASCII-armored key. Called again on a built repository
-    it rotates the key at the same URL (the fault suite's rotated-key case)."""
+# The throwaway signing key's secret half, beside repo/ (never served): redate() signs with it.
+SIGNING_KEY_FILE = "signing-key.asc"
+
+
+def sign(repo_dir: Path, dist: Path, keep_key: bool = False) -> str:
+    """Sign ``dist/Release`` (InRelease, Release.gpg); returns the ASCII-armored public key.
+
+    By default with a NEW throwaway key, published as ``repo_dir/gpgkey`` (its secret half in
+    ``repo_dir.parent/SIGNING_KEY_FILE``): called again on a built repository it rotates the key at
+    the same URL (the fault suite's rotated-key case). With ``keep_key`` the saved key signs
+    again and nothing is published (redate)."""
+    secret = repo_dir.parent / SIGNING_KEY_FILE
     # A short GNUPGHOME: gpg-agent's socket path must stay under ~100 characters.
     gnupghome = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
     env = dict(os.environ, GNUPGHOME=str(gnupghome), LC_ALL="C")
     try:
         gpg = ["gpg", "--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase", ""]
-        _run([*gpg, "--quick-gen-key", KEY_UID, "ed25519", "sign", "never"], env=env)
+        if keep_key:
+            _run([*gpg, "--import", secret], env=env)
+        else:
+            _run([*gpg, "--quick-gen-key", KEY_UID, "ed25519", "sign", "never"], env=env)
         key = _run([*gpg, "--armor", "--export", KEY_UID], env=env)
+        if not keep_key:
+            secret.write_text(_run([*gpg, "--armor", "--export-secret-keys", KEY_UID], env=env))
+            secret.chmod(0o600)
         _run([*gpg, "--clearsign", "-o", dist / "InRelease", dist / "Release"], env=env)
         _run([*gpg, "-abs", "-o", dist / "Release.gpg", dist / "Release"], env=env)
     finally:
         subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False)
         shutil.rmtree(gnupghome, ignore_errors=True)
-    (repo_dir / "gpgkey").write_text(key)
+    if not keep_key:
+        (repo_dir / "gpgkey").write_text(key)
     return key
+
+
+def redate(repo_dir: Path, dist: Path, date: float) -> None:
+    """Rewrite ``dist/Release`` dated ``date`` (seconds since the epoch) and sign it with the
+    published key: a mirror whose clock is ahead, or a host whose clock is behind (the fault
+    suite's Release that is not valid yet)."""
+    (dist / "Release").write_text(_release(dist, date))
+    sign(repo_dir, dist, keep_key=True)
 
 
 def recipe_hash(versions: Sequence[str] = DEFAULT_VERSIONS, arch: str | None = None) -> str:
@@ -332,9 +355,9 @@ def ensure_repo(
         tmp.rename(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    # Served by a container as another user: world-readable.
+    # Served by a container as another user: world-readable (the secret key is not served).
     for path in [target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+        path.chmod(0o755 if path.is_dir() else 0o600 if path.name == SIGNING_KEY_FILE else 0o644)
     return repo_dir
 
 

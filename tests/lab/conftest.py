@@ -303,6 +303,7 @@ def lab() -> Iterator[Lab]:
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, **operator_shell(RUNS / name / "operator")},
     )
     if up.returncode != 0:
         pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
@@ -316,6 +317,22 @@ def lab() -> Iterator[Lab]:
     finally:
         if not keep:
             _run_lab_py(name, "down")
+
+
+def operator_shell(home: Path) -> dict[str, str]:
+    """What an operator's shell exports (issue 20 item 5): another vault password file, an
+    ansible.cfg that names it and an inventory. The session's `lab.py up` (a fresh lab: the
+    vault is written with ansible-vault) runs with these; the fault suite checks the outcome
+    (test_faults.py, test_the_lab_came_up_in_an_operators_shell)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "vault-pass").write_text("the operator's fleet password\n")
+    config = f"vault_password_file = {home / 'vault-pass'}\ninventory = {home / 'hosts.yml'}\n"
+    (home / "ansible.cfg").write_text("[defaults]\n" + config)
+    return {
+        "ANSIBLE_VAULT_PASSWORD_FILE": str(home / "vault-pass"),
+        "ANSIBLE_CONFIG": str(home / "ansible.cfg"),
+        "ANSIBLE_INVENTORY": str(home / "hosts.yml"),
+    }
 
 
 def _run_lab_py(name: str, *args: str) -> None:

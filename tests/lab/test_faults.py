@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpuprov_lab import aptrepo
-from gpuprov_lab.site import ansible_env
+from gpuprov_lab import aptrepo, s3lab
+from gpuprov_lab.site import ansible_env, vault_password_file
 
 Lab = Any  # tests/lab/conftest.py's Lab
 
@@ -606,14 +606,63 @@ def _key_rotated(lab: Lab) -> Iterator[str]:
     info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
     (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
     (dist,) = {p.parent for p in source.rglob("InRelease")}
+    secret = source.parent / aptrepo.SIGNING_KEY_FILE
     kept = {
-        p: p.read_bytes() for p in (dist / "InRelease", dist / "Release.gpg", source / "gpgkey")
+        p: p.read_bytes()
+        for p in (dist / "InRelease", dist / "Release.gpg", source / "gpgkey", secret)
     }
     try:
         yield aptrepo.sign(source, dist)
     finally:
         for path, data in kept.items():
             path.write_bytes(data)
+
+
+@contextlib.contextmanager
+def _release_dated_ahead(lab: Lab, days: int) -> Iterator[None]:
+    """The mirror's Release re-dated ``days`` ahead and signed with its own key (a mirror's
+    clock ahead, or the host's behind); the original Release and signatures come back after."""
+    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+    (dist,) = {p.parent for p in source.rglob("InRelease")}
+    kept = {p: p.read_bytes() for p in (dist / "Release", dist / "InRelease", dist / "Release.gpg")}
+    try:
+        aptrepo.redate(source, dist, time.time() + days * 86400)
+        yield
+    finally:
+        for path, data in kept.items():
+            path.write_bytes(data)
+
+
+def test_release_dated_in_the_future(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Release dated 730 days ahead (issue 20 item 4): apt refuses it as "not valid yet".
+    The message names the Release file, the host's clock and the Release's Date, and says to
+    fix time synchronisation first (not the mirror, proxy or CA); nothing is installed. The
+    operator's action here is the clock: the mirror's Release dated right again."""
+    host, reports = faulty
+    _reset_toolkit(lab, host, keep_source=True)  # key and source kept, lists due
+    with _release_dated_ahead(lab, 730):
+        first = _play(lab, TOOLKIT, host, reports)
+    assert first.returncode != 0
+    said = " ".join((first.stdout + first.stderr).split())
+    assert "is not valid yet for another 729d" in said, _first_error(first.stdout)
+    assert "the host's clock says" in said, _first_error(first.stdout)
+    assert "(its Date " in said, _first_error(first.stdout)
+    assert "time synchronisation first" in said, _first_error(first.stdout)
+    assert "set by nvidia_container_toolkit_apt_repo_url" in said, _first_error(first.stdout)
+    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
+    assert "ii" not in installed.split(), installed
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _recovered(lab, TOOLKIT, host, reports)
+    _row(
+        "toolkit repository's Release dated 730 days ahead (host clock behind)",
+        _verdict(first),
+        "ok once the clock (here: the mirror's Release date) is right; further run changed=0",
+        capsys,
+    )
 
 
 KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit.asc"
@@ -844,6 +893,68 @@ def test_docker_ce_someone_installed_is_refused_then_replaced_on_request(
     )
 
 
+TOOLKIT_MARKS = (  # the role's marks (its install, an adoption), its record of the last converge
+    "/var/lib/gpuprov/owned/nvidia_container_toolkit* "
+    "/var/lib/gpuprov/state/nvidia_container_toolkit.json"
+)
+
+
+def _toolkit_version(lab: Lab, host: str) -> str:
+    query = "dpkg-query -W -f='${Version} ${db:Status-Abbrev}' nvidia-container-toolkit"
+    return _sh(lab, host, query).strip()
+
+
+def test_a_toolkit_someone_else_installed_is_refused_kept_or_replaced(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NVIDIA's install guide followed by hand before gpuprov came: the toolkit's packages from
+    NVIDIA's repository at another version (1.17.8-1; the lab mirror's newest is 1.18.0-1), and
+    no mark or record of the role's on the host. The role used to change its version or hold it
+    as its own without a word. Refused by default; adopt keeps it (not upgraded, not held);
+    replace installs the newest over it and holds it."""
+    host, reports = faulty
+    by_hand = " ".join(f"{p}=1.17.8-1" for p in TOOLKIT_PKGS.split())
+    _reset_toolkit(lab, host, keep_source=True, keep_lists=True)
+    _sh(
+        lab,
+        host,
+        f"rm -f {TOOLKIT_MARKS}; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {by_hand}"
+        " >/dev/null",
+    )
+    first = _play(lab, TOOLKIT, host, reports)
+    assert first.returncode != 0, first.stdout[-3000:]
+    error = _first_error(first.stdout)
+    assert "installed by someone else (not by gpuprov): nvidia-container-toolkit 1.17.8-1" in error
+    assert "nvidia_container_toolkit_foreign_toolkit" in first.stdout, error
+    assert _recap_changed(first.stdout, host) == 0
+    assert _toolkit_version(lab, host) == "1.17.8-1 ii", host
+    adopt = ("-e", "nvidia_container_toolkit_foreign_toolkit=adopt")
+    kept = _play(lab, TOOLKIT, host, reports, *adopt)
+    assert kept.returncode == 0, kept.stdout[-4000:]
+    assert "Keeping the toolkit someone else installed: nvidia-container-toolkit 1.17.8-1" in (
+        " ".join(kept.stdout.split())
+    )
+    assert _toolkit_version(lab, host) == "1.17.8-1 ii", host  # not upgraded, not held
+    again = _play(lab, TOOLKIT, host, reports, *adopt)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert _recap_changed(again.stdout, host) == 0, again.stdout[-3000:]
+    replace = ("-e", "nvidia_container_toolkit_foreign_toolkit=replace")
+    replaced = _play(lab, TOOLKIT, host, reports, *replace)
+    assert replaced.returncode == 0, replaced.stdout[-4000:]
+    assert "Replacing (nvidia_container_toolkit_foreign_toolkit: replace) the toolkit someone" in (
+        " ".join(replaced.stdout.split())
+    )
+    assert _toolkit_version(lab, host) == "1.18.0-1 hi", host  # the newest, held (the lab holds)
+    _recovered(lab, TOOLKIT, host, reports)
+    _row(
+        "NVIDIA Container Toolkit installed by hand from NVIDIA's repository (1.17.8-1)",
+        _verdict(first),
+        "ok with nvidia_container_toolkit_foreign_toolkit=adopt (kept, not held; again changed=0); "
+        "ok with =replace (1.18.0-1 installed and held, said so); further run changed=0",
+        capsys,
+    )
+
+
 # NVIDIA's driver installed by someone else, both ways NVIDIA documents: the CUDA repository's
 # metapackage (a stand-in: an empty package of that name and a version of that repository) and
 # the .run installer (stand-ins of its two programs; the uninstaller removes both and leaves a
@@ -1009,6 +1120,38 @@ def test_ssh_connection_dropped_mid_task(
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     _recovered(lab, TOOLKIT, host, reports)
     _row("SSH dropped mid-task (sshd restarted, sessions killed)", first, "ok", capsys)
+
+
+def test_the_lab_came_up_in_an_operators_shell(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session's `lab.py up` on fresh hosts ran with an operator's ANSIBLE_VAULT_PASSWORD_FILE,
+    ANSIBLE_CONFIG and ANSIBLE_INVENTORY exported (conftest.operator_shell); before the fix it
+    stopped at `ansible-vault encrypt` (exit 5, two default vault ids). The lab's vault was
+    written with the lab's own password: the operator's does not open it."""
+    operator = REPO / ".lab" / lab.name / "operator"
+    assert (operator / "ansible.cfg").exists(), "the session's lab.py up ran in a plain shell"
+    vault = lab.inventory.parent / s3lab.VAULT_FILE
+    assert s3lab.read_vault(vault, vault_password_file(lab.name)), vault
+    assert s3lab.read_vault(vault, operator / "vault-pass") == {}
+    # And again, the lab reused, in the same shell: no ansible-vault conflict either.
+    env = {**os.environ, "ANSIBLE_VAULT_PASSWORD_FILE": str(operator / "vault-pass")}
+    env["ANSIBLE_CONFIG"] = str(operator / "ansible.cfg")
+    env["ANSIBLE_INVENTORY"] = str(operator / "hosts.yml")
+    again = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lab.py"), "--lab", lab.name, "status"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    _row(
+        "operator's shell exports ANSIBLE_VAULT_PASSWORD_FILE, ANSIBLE_CONFIG, ANSIBLE_INVENTORY",
+        "ok: lab.py up on fresh hosts wrote the lab's vault with the lab's password",
+        "nothing to repair; the operator's password does not open the lab's vault",
+        capsys,
+    )
 
 
 def test_zz_print_the_fault_table(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
