@@ -205,6 +205,25 @@ def _recovered(lab: Lab, playbooks: tuple[str, ...], host: str, reports: Path) -
     assert _recap_changed(further.stdout, host) == 0, further.stdout[-3000:]
 
 
+def _toolkit_installed_nothing_then_recovered(
+    lab: Lab,
+    host: str,
+    reports: Path,
+    first: subprocess.CompletedProcess[str],
+    fault: str,
+    rerun_said: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The tail of a toolkit case whose first run failed: no toolkit package was installed,
+    the re-run with nothing else done converges, then _recovered; the table row."""
+    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
+    assert "ii" not in installed.split(), installed
+    rerun = _play(lab, TOOLKIT, host, reports)
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    _recovered(lab, TOOLKIT, host, reports)
+    _row(fault, _verdict(first), rerun_said, capsys)
+
+
 # ---------------------------------------------------------------------------
 # the converged host with the user's things on it
 
@@ -517,13 +536,10 @@ def _mirror_case(
     text = first.stdout + first.stderr
     for word in expect:
         assert word in text, (word, _first_error(text))
-    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
-    assert "ii" not in installed.split(), installed
     assert _sh(lab, host, "dpkg --audit", check=False).strip() == ""
-    rerun = _play(lab, TOOLKIT, host, reports)
-    assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _recovered(lab, TOOLKIT, host, reports)
-    _row(fault, _verdict(first), "ok: lists refreshed, toolkit installed", capsys)
+    _toolkit_installed_nothing_then_recovered(
+        lab, host, reports, first, fault, "ok: lists refreshed, toolkit installed", capsys
+    )
 
 
 def test_mirror_cut_before_the_key_download(
@@ -586,14 +602,12 @@ def test_mirror_fails_the_package_download(
     for word in ("Downloading", "set by nvidia_container_toolkit_apt_repo_url", "404"):
         assert word in text, (word, _first_error(text))
     assert "Nothing was installed" in text, _first_error(text)
-    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
-    assert "ii" not in installed.split(), installed
-    rerun = _play(lab, TOOLKIT, host, reports)
-    assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _recovered(lab, TOOLKIT, host, reports)
-    _row(
+    _toolkit_installed_nothing_then_recovered(
+        lab,
+        host,
+        reports,
+        first,
         "mirror's packages gone at the download (404; lists fresh, key answers)",
-        _verdict(first),
         "ok: packages downloaded and installed",
         capsys,
     )
@@ -652,14 +666,12 @@ def test_release_dated_in_the_future(
     assert "(its Date " in said, _first_error(first.stdout)
     assert "time synchronisation first" in said, _first_error(first.stdout)
     assert "set by nvidia_container_toolkit_apt_repo_url" in said, _first_error(first.stdout)
-    installed = _sh(lab, host, f"dpkg-query -W -f='${{db:Status-Abbrev}} ' {TOOLKIT_PKGS}", False)
-    assert "ii" not in installed.split(), installed
-    rerun = _play(lab, TOOLKIT, host, reports)
-    assert rerun.returncode == 0, rerun.stdout[-4000:]
-    _recovered(lab, TOOLKIT, host, reports)
-    _row(
+    _toolkit_installed_nothing_then_recovered(
+        lab,
+        host,
+        reports,
+        first,
         "toolkit repository's Release dated 730 days ahead (host clock behind)",
-        _verdict(first),
         "ok once the clock (here: the mirror's Release date) is right; further run changed=0",
         capsys,
     )
