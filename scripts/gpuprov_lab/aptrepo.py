@@ -303,10 +303,9 @@ def sign(repo_dir: Path, dist: Path, keep_key: bool = False) -> str:
             _run([*gpg, "--import", secret], env=env)
         else:
             _run([*gpg, "--quick-gen-key", KEY_UID, "ed25519", "sign", "never"], env=env)
-        key = _run([*gpg, "--armor", "--export", KEY_UID], env=env)
-        if not keep_key:
             secret.write_text(_run([*gpg, "--armor", "--export-secret-keys", KEY_UID], env=env))
             secret.chmod(0o600)
+        key = _run([*gpg, "--armor", "--export", KEY_UID], env=env)
         _run([*gpg, "--clearsign", "-o", dist / "InRelease", dist / "Release"], env=env)
         _run([*gpg, "-abs", "-o", dist / "Release.gpg", dist / "Release"], env=env)
     finally:
