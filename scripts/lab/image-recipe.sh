@@ -58,6 +58,10 @@ for unit in \
 done
 ln -sf /lib/systemd/system/multi-user.target "$rootfs/etc/systemd/system/default.target"
 
+# A login account of the host's own, as fleet hosts have: inventories/lab/group_vars/gpu_k40m.yml
+# names it in docker_users (the docker role adds existing accounts only, issue 25).
+chroot "$rootfs" useradd --create-home --shell /bin/bash lab-user
+
 # Each container gets its own SSH host keys (generated on first start).
 rm -f "$rootfs"/etc/ssh/ssh_host_*
 mkdir -p "$rootfs/etc/systemd/system/ssh.service.d"
