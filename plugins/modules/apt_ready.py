@@ -99,6 +99,25 @@ options:
     type: str
     choices: [fail, report]
     default: fail
+  owned:
+    description:
+      - Variable of a repository URL (a key of O(sources)) that the role writes a source for
+        -> C(file) (the source file the role writes), C(others) (C(refuse) or C(replace)) and
+        C(variable) (the inventory variable that chooses C(others)).
+      - Before anything else, every other definition of that URL in C(sources.list),
+        C(*.list) and C(*.sources) is found (two definitions of one repository make apt warn
+        on every command, and fail on every command once their C(Signed-By) differ).
+        C(refuse) fails naming each file and line and the variable; C(replace) moves each
+        such file to O(backup_dir) (a copy kept, RV(replaced_sources), a warning) so that the
+        role's source is the only one. A file that also defines other repositories is never
+        moved (the module fails, naming it). In check mode nothing is moved, and the lists
+        are not refreshed while a replacement is pending.
+    type: dict
+    default: {}
+  backup_dir:
+    description: Where O(owned) C(replace) keeps the files it moves out of apt's sources.
+    type: path
+    default: /var/backups/gpuprov/apt-sources
   lock_timeout:
     description: Seconds to wait for a dpkg or apt lock held by another process.
     type: int
@@ -143,6 +162,18 @@ EXAMPLES = r"""
       nvidia_container_toolkit_apt_repo_url: "{{ nvidia_container_toolkit_apt_repo_url }}"
   register: __found
 # __found.source_definitions.nvidia_container_toolkit_apt_repo_url: [{file, line, ...}, ...]
+
+- name: Own the repository's definition (refuse another file that defines it, or replace it)
+  apt_ready:
+    repair: false
+    update: never
+    sources:
+      docker_ce_apt_repo_url: "{{ docker_ce_apt_repo_url }}"
+    owned:
+      docker_ce_apt_repo_url:
+        file: /etc/apt/sources.list.d/docker.sources
+        others: "{{ docker_ce_apt_foreign_sources }}"
+        variable: docker_ce_apt_foreign_sources
 """
 
 RETURN = r"""
@@ -176,6 +207,18 @@ source_definitions:
       C(signed_by) (C("") when none), C(components), C(describe) (file, line and Signed-By in
       words) and C(shared) (the file defines other repositories too).
   type: dict
+  returned: always
+replaced_sources:
+  description:
+    - The files O(owned) C(replace) moved (or, in check mode, would move) out of apt's
+      sources, each with C(file), C(backup), C(url) and C(variable).
+  type: list
+  elements: dict
+  returned: always
+replaced:
+  description: What RV(replaced_sources) did, in one sentence per repository (for the output).
+  type: list
+  elements: str
   returned: always
 apt_errors:
   description: apt's own cause lines of a failed run (all C(E:) lines, the failure C(W:) lines).
@@ -711,6 +754,35 @@ def find_definitions(uri: str, etc_apt: str = "/etc/apt") -> list[SourceDefiniti
     return [d for d in parse_sources(read_sources(etc_apt)) if same_uri(d.uri, uri)]
 
 
+def foreign_definitions(
+    url: str, variable: str, definitions: Sequence[Mapping[str, Any]], owned: Mapping[str, Any]
+) -> tuple[str, list[str]]:
+    """Another definition of a repository the role owns: (the error, "") or ("", the files to
+    move). `definitions` are RV(source_definitions) entries of `url`; `owned` is an O(owned)
+    entry (file, others, variable)."""
+    foreign = [d for d in definitions if d["file"] != owned["file"]]
+    if not foreign:
+        return "", []
+    where = "; ".join(str(d["describe"]) for d in foreign)
+    files = list(dict.fromkeys(str(d["file"]) for d in foreign))
+    shared = [f for f in files if any(d["shared"] for d in foreign if d["file"] == f)]
+    if shared:
+        return (
+            f"{', '.join(shared)} also define{'s' if len(shared) == 1 else ''} other repositories, "
+            f"so gpuprov does not move {'it' if len(shared) == 1 else 'them'}: remove the "
+            f"line(s) for {url} ({variable}) there ({where}). Nothing was changed."
+        ), []
+    if owned["others"] != "replace":
+        return (
+            f"{url} ({variable}) is also defined in {where}. Two definitions of one repository "
+            "make apt warn on every command, and fail on every command once their Signed-By "
+            f"differ, so nothing was changed. Set {owned['variable']}: replace to move "
+            f"{'that file' if len(files) == 1 else 'those files'} aside (the role's source "
+            "replaces it; a copy is kept), or remove it."
+        ), []
+    return "", files
+
+
 _APT_QUOTED = frozenset('\\|{}[]<>"^~_=!@#$%^&*')
 
 
@@ -976,6 +1048,8 @@ class AptReady:
             "failed_sources": [],
             "missing_keys": [],
             "conflicts": [],
+            "replaced_sources": [],
+            "replaced": [],
         }
 
     def _run(self, argv: Sequence[str]) -> tuple[int, str, str]:
@@ -1379,6 +1453,51 @@ class AptReady:
             if url
         }
 
+    def own_sources(self) -> bool:
+        """Refuse or move aside the other definitions of each repository in `owned` (before any
+        apt command); whether a replacement is pending (check mode)."""
+        definitions = self.definitions()
+        backup_dir = Path(self.params["backup_dir"])
+        for var, owned in sorted(self.params["owned"].items()):
+            url = str(self.params["sources"].get(var) or "")
+            if not url:
+                continue
+            for key in ("file", "others", "variable"):
+                if not (owned or {}).get(key):
+                    self.module.fail_json(msg=f"apt_ready: owned.{var} needs {key}")
+            if owned["others"] not in ("refuse", "replace"):
+                self.module.fail_json(
+                    msg=f"apt_ready: owned.{var}.others is {owned['others']!r}, "
+                    f"not refuse or replace ({owned['variable']})"
+                )
+            error, files = foreign_definitions(url, var, definitions.get(var, []), owned)
+            if error:
+                self.fail(error, foreign_sources=definitions.get(var, []))
+            moved = []
+            for name in files:
+                backup = backup_dir / Path(name).name
+                if backup.exists() and backup.read_bytes() != Path(name).read_bytes():
+                    backup = backup.with_name(f"{backup.name}.{int(self.now())}")
+                if not self.module.check_mode:
+                    backup_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+                    backup.write_bytes(Path(name).read_bytes())
+                    backup.chmod(0o644)
+                    Path(name).unlink()
+                moved.append(str(backup))
+                self.result["replaced_sources"].append(
+                    {"file": name, "backup": str(backup), "url": url, "variable": var}
+                )
+            if files:
+                verb = "Would replace" if self.module.check_mode else "Replaced"
+                said = (
+                    f"{verb} ({owned['variable']}: replace) the other definitions of {url}: "
+                    f"{', '.join(files)}; copies in {', '.join(sorted(set(moved)))}."
+                )
+                self.result["replaced"].append(said)
+                self.result["changed"] = True
+                self.module.warn(said)
+        return bool(self.result["replaced_sources"]) and self.module.check_mode
+
     def check_fingerprints(self) -> None:
         """Each pinned key URL's keyring holds the pinned key, or goes (see `fingerprints`)."""
         for key_var, pin in sorted(self.params["fingerprints"].items()):
@@ -1412,9 +1531,15 @@ class AptReady:
                 )
 
     def main(self) -> dict[str, Any]:
-        self.result["source_definitions"] = self.definitions()
         self.result["stale_keys"] = []
         self.result["stale_records"] = []
+        pending = self.own_sources()
+        self.result["source_definitions"] = self.definitions()
+        if pending:
+            self.result["update_reason"] = (
+                "not refreshed: a replacement of another source file is pending (check mode)"
+            )
+            return self.result
         if self.params["repair"]:
             self.repair()
         self.check_fingerprints()
@@ -1434,6 +1559,8 @@ def build_module() -> AnsibleModule:
             "download": {"type": "bool", "default": False},
             "sources": {"type": "dict", "default": {}},
             "keyrings": {"type": "dict", "default": {}},
+            "owned": {"type": "dict", "default": {}},
+            "backup_dir": {"type": "path", "default": "/var/backups/gpuprov/apt-sources"},
             "fingerprints": {"type": "dict", "default": {}},
             "stale_keys": {"type": "str", "default": "fail", "choices": ["fail", "report"]},
             "lock_timeout": {"type": "int", "default": 300},

@@ -1052,52 +1052,107 @@ def test_a_driver_someone_else_installed_is_refused_kept_or_replaced(
     )
 
 
-VENDOR_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 SOURCES = ("playbooks/sources.yml",)
+BACKUPS = "/var/backups/gpuprov/apt-sources"
+
+
+def _foreign_source_case(
+    lab: Lab,
+    faulty: tuple[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    *,
+    fault: str,
+    vendor_list: str,
+    vendor: str,
+    variable: str,
+    playbooks: tuple[str, ...],
+    extra: tuple[str, ...] = (),
+    breaks_apt: bool = False,
+) -> None:
+    """A vendor's install guide was followed on the host before: its .list defines a URL a
+    role writes its own source for. The first play names the file before any apt command and
+    changes nothing; the one operator action is VARIABLE=replace (the file moved to BACKUPS,
+    said so); a third run changes nothing."""
+    host, reports = faulty
+    _sh(lab, host, f"printf '%s' '{vendor}' > {vendor_list}")
+    try:
+        if breaks_apt:  # another Signed-By than the role's own source's
+            broken = _sh(lab, host, "apt-get check 2>&1 || true")
+            assert "Conflicting values set for option Signed-By" in broken, broken
+        first = _play(lab, playbooks, host, reports, *extra)
+        assert first.returncode != 0, first.stdout[-3000:]
+        error = _first_error(first.stdout)
+        assert f"is also defined in {vendor_list}:1" in error, error
+        assert f"{variable}: replace" in first.stdout, error
+        assert _recap_changed(first.stdout, host) == 0
+        assert _sh(lab, host, f"cat {vendor_list}") == vendor  # untouched
+        rerun = _play(lab, playbooks, host, reports, *extra, "-e", f"{variable}=replace")
+        assert rerun.returncode == 0, rerun.stdout[-4000:]
+        assert f"Replaced ({variable}: replace)" in rerun.stdout
+        assert _sh(lab, host, f"cat {BACKUPS}/{Path(vendor_list).name}") == vendor
+        assert _sh(lab, host, f"test -e {vendor_list} || echo gone").strip() == "gone"
+        assert "Conflicting" not in _sh(lab, host, "apt-get check 2>&1")
+        _assert_nothing_lost(lab, host)
+        third = _play(lab, playbooks, host, reports, *extra)
+        assert third.returncode == 0, third.stdout[-4000:]
+        assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
+    finally:  # a failed case leaves apt usable for the next ones
+        _sh(lab, host, f"rm -f {vendor_list}", check=False)
+    _row(
+        fault,
+        _verdict(first),
+        f"ok with {variable}=replace (file moved to {BACKUPS}, said so); third run changed=0",
+        capsys,
+    )
 
 
 def test_nvidias_own_source_file_is_refused_then_replaced(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """NVIDIA's install guide was followed on the host before: its .list defines our URL with
-    another Signed-By, and every apt command fails ("Conflicting values set for option
-    Signed-By"). Before, site.yml stopped in the driver role and every re-run stayed stuck
-    until someone deleted the file. Now the first play names the file before any apt command;
-    the one operator action is nvidia_container_toolkit_apt_foreign_sources=replace."""
-    host, reports = faulty
+    """NVIDIA's install guide leaves a .list for our toolkit URL with another Signed-By, and
+    every apt command fails ("Conflicting values set for option Signed-By"). Before, site.yml
+    stopped in the driver role and every re-run stayed stuck until someone deleted the file."""
+    host, _ = faulty
     url = str(lab.hosts[host]["nvidia_container_toolkit_apt_repo_url"]).replace("$(ARCH)", "amd64")
     vendor = f"deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] {url} /\n"
-    _sh(lab, host, f"printf '%s' '{vendor}' > {VENDOR_LIST}")
-    try:
-        broken = _sh(lab, host, "apt-get check 2>&1 || true")
-        assert "Conflicting values set for option Signed-By" in broken, broken
-        first = _play(lab, (*SOURCES, *DRIVER, *TOOLKIT), host, reports)
-        assert first.returncode != 0, first.stdout[-3000:]
-        error = _first_error(first.stdout)
-        assert f"is also defined in {VENDOR_LIST}:1" in error, error
-        assert "nvidia_container_toolkit_apt_foreign_sources: replace" in first.stdout, error
-        assert _recap_changed(first.stdout, host) == 0
-        assert _sh(lab, host, f"cat {VENDOR_LIST}") == vendor  # untouched
-        replace = ("-e", "nvidia_container_toolkit_apt_foreign_sources=replace")
-        rerun = _play(lab, (*SOURCES, *DRIVER, *TOOLKIT), host, reports, *replace)
-        assert rerun.returncode == 0, rerun.stdout[-4000:]
-        assert "Replaced (nvidia_container_toolkit_apt_foreign_sources: replace)" in rerun.stdout
-        kept = _sh(lab, host, "cat /var/backups/gpuprov/apt-sources/nvidia-container-toolkit.list")
-        assert kept == vendor
-        assert _sh(lab, host, f"test -e {VENDOR_LIST} || echo gone").strip() == "gone"
-        assert "Conflicting" not in _sh(lab, host, "apt-get check 2>&1")
-        _assert_nothing_lost(lab, host)
-        third = _play(lab, (*SOURCES, *DRIVER, *TOOLKIT), host, reports)
-        assert third.returncode == 0, third.stdout[-4000:]
-        assert _recap_changed(third.stdout, host) == 0, third.stdout[-3000:]
-    finally:  # a failed case leaves apt usable for the next ones
-        _sh(lab, host, f"rm -f {VENDOR_LIST}", check=False)
-    _row(
-        "NVIDIA's own .list for the toolkit repository (another Signed-By)",
-        _verdict(first),
-        "ok with nvidia_container_toolkit_apt_foreign_sources=replace (file moved to "
-        "/var/backups/gpuprov/apt-sources, said so); third run changed=0",
+    _foreign_source_case(
+        lab,
+        faulty,
         capsys,
+        fault="NVIDIA's own .list for the toolkit repository (another Signed-By)",
+        vendor_list="/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+        vendor=vendor,
+        variable="nvidia_container_toolkit_apt_foreign_sources",
+        playbooks=(*SOURCES, *DRIVER, *TOOLKIT),
+        breaks_apt=True,
+    )
+
+
+def test_dockers_own_source_file_is_refused_then_replaced(
+    lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Docker's install guide leaves /etc/apt/sources.list.d/docker.list for the URL the docker
+    role writes docker.sources for (docker_source: docker-ce). The lab has no docker-ce
+    repository (Docker's is unreachable here), so the URL is a path of the lab's mirror that
+    serves nothing: the case runs the step that owns the definitions (playbooks/sources.yml)
+    and the driver role, whose apt commands must work after the replacement; installing
+    docker-ce itself is not part of it."""
+    host, _ = faulty
+    mirror = str(lab.hosts[host]["nvidia_container_toolkit_apt_repo_url"]).split("/stable/", 1)[0]
+    url = f"{mirror}/docker-ce/linux/debian"
+    _foreign_source_case(
+        lab,
+        faulty,
+        capsys,
+        fault="Docker's own docker.list for Docker's repository, docker_source docker-ce",
+        vendor_list="/etc/apt/sources.list.d/docker.list",
+        vendor=(
+            "deb [arch=amd64 signed-by=/usr/share/keyrings/docker-archive-keyring.gpg] "
+            f"{url} bookworm stable\n"
+        ),
+        variable="docker_ce_apt_foreign_sources",
+        playbooks=(*SOURCES, *DRIVER),
+        extra=("-e", "docker_source=docker-ce", "-e", f"docker_ce_apt_repo_url={url}"),
     )
 
 

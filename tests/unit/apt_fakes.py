@@ -25,6 +25,8 @@ class FakeModule:
             "sources": {},
             "keyrings": {},
             "fingerprints": {},
+            "owned": {},
+            "backup_dir": "/nonexistent/backups",
             "stale_keys": "fail",
             "lock_timeout": 0,
             "stamp": "",

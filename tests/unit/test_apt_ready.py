@@ -1073,3 +1073,145 @@ def test_keys_to_renew_names_the_record_of_the_role_that_writes_the_keyring() ->
 )
 def test_keys_to_renew_is_none_when_anything_else_failed(fields: dict[str, Any]) -> None:
     assert apt_ready.keys_to_renew(fields, True, OWNERS) is None
+
+
+# ---------------------------------------------------------------------------
+# owned: another definition of a repository the role writes a source for (issue 20)
+
+OWN_FILE = "sources.list.d/nvidia-container-toolkit.sources"
+
+
+def _owned(tmp_path: Path, others: str) -> dict[str, Any]:
+    return {
+        "nvidia_container_toolkit_apt_repo_url": {
+            "file": str(tmp_path / "etc" / OWN_FILE),
+            "others": others,
+            "variable": "nvidia_container_toolkit_apt_foreign_sources",
+        }
+    }
+
+
+def _owning(tmp_path: Path, others: str, files: dict[str, str], **params: Any) -> Any:
+    module = FakeModule(
+        repair=False,
+        update="never",
+        sources=TOOLKIT_SOURCES,
+        owned=_owned(tmp_path, others),
+        backup_dir=str(tmp_path / "backups"),
+        **params,
+    )
+    obj = _ready(tmp_path, module, Script([]))
+    _etc(tmp_path, files)
+    return obj, module
+
+
+def test_another_definition_is_refused_naming_file_line_and_variable(tmp_path: Path) -> None:
+    obj, _ = _owning(
+        tmp_path, "refuse", {OWN_FILE: OUR_SOURCES, "sources.list.d/nvidia.list": THEIR_LIST}
+    )
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    msg = failed.value.result["msg"]
+    their = tmp_path / "etc" / "sources.list.d" / "nvidia.list"
+    assert f"{NVIDIA_VAR} (nvidia_container_toolkit_apt_repo_url) is also defined in " in msg
+    assert f"{their}:1 (Signed-By {THEIR_KEYRING})" in msg
+    assert "Set nvidia_container_toolkit_apt_foreign_sources: replace to move that file" in msg
+    assert OUR_SOURCES.split("\n", 1)[0] not in msg  # our own file is not "another"
+    assert their.read_text() == THEIR_LIST
+    assert not (tmp_path / "backups").exists()
+
+
+def test_replace_moves_the_file_aside_keeps_a_copy_and_says_so(tmp_path: Path) -> None:
+    obj, module = _owning(
+        tmp_path, "replace", {OWN_FILE: OUR_SOURCES, "sources.list.d/nvidia.list": THEIR_LIST}
+    )
+    result = obj.main()
+    their = tmp_path / "etc" / "sources.list.d" / "nvidia.list"
+    backup = tmp_path / "backups" / "nvidia.list"
+    assert not their.exists()
+    assert backup.read_text() == THEIR_LIST
+    assert result["changed"] is True
+    assert result["replaced_sources"] == [
+        {
+            "file": str(their),
+            "backup": str(backup),
+            "url": NVIDIA_VAR,
+            "variable": "nvidia_container_toolkit_apt_repo_url",
+        }
+    ]
+    (said,) = result["replaced"]
+    assert said.startswith("Replaced (nvidia_container_toolkit_apt_foreign_sources: replace)")
+    assert module.warnings == [said]
+    # What is left is ours alone.
+    (left,) = result["source_definitions"]["nvidia_container_toolkit_apt_repo_url"]
+    assert left["file"] == str(tmp_path / "etc" / OWN_FILE)
+
+
+def test_replace_keeps_an_earlier_copy_of_the_same_name(tmp_path: Path) -> None:
+    obj, _ = _owning(tmp_path, "replace", {"sources.list.d/nvidia.list": THEIR_LIST})
+    (tmp_path / "backups").mkdir()
+    (tmp_path / "backups" / "nvidia.list").write_text("an earlier copy\n")
+    result = obj.main()
+    (moved,) = result["replaced_sources"]
+    assert (tmp_path / "backups" / "nvidia.list").read_text() == "an earlier copy\n"
+    assert Path(moved["backup"]).read_text() == THEIR_LIST
+    assert Path(moved["backup"]).name.startswith("nvidia.list.")
+
+
+def test_check_mode_moves_nothing_and_does_not_refresh(tmp_path: Path) -> None:
+    module = FakeModule(
+        check_mode=True,
+        repair=False,
+        update="always",  # would run apt-get update, which the Script does not allow
+        sources=TOOLKIT_SOURCES,
+        owned=_owned(tmp_path, "replace"),
+        backup_dir=str(tmp_path / "backups"),
+    )
+    obj = _ready(tmp_path, module, Script([]))
+    _etc(tmp_path, {"sources.list.d/nvidia.list": THEIR_LIST})
+    result = obj.main()
+    assert (tmp_path / "etc" / "sources.list.d" / "nvidia.list").read_text() == THEIR_LIST
+    assert not (tmp_path / "backups").exists()
+    assert result["replaced"][0].startswith("Would replace")
+    assert result["updated"] is False
+    assert "pending" in result["update_reason"]
+
+
+def test_a_file_that_defines_other_repositories_is_never_moved(tmp_path: Path) -> None:
+    shared = THEIR_LIST + "deb http://deb.debian.org/debian bookworm main\n"
+    obj, _ = _owning(tmp_path, "replace", {"sources.list": shared})
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    msg = failed.value.result["msg"]
+    assert f"{tmp_path / 'etc' / 'sources.list'} also defines other repositories" in msg
+    assert "Nothing was changed" in msg
+    assert (tmp_path / "etc" / "sources.list").read_text() == shared
+
+
+def test_only_our_own_file_is_no_other_definition(tmp_path: Path) -> None:
+    obj, module = _owning(tmp_path, "refuse", {OWN_FILE: OUR_SOURCES})
+    result = obj.main()
+    assert result["replaced_sources"] == result["replaced"] == []
+    assert result["changed"] is False
+    assert module.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("owned", "needs"),
+    [
+        ({"file": "/x", "others": "refuse"}, "needs variable"),
+        ({"file": "/x", "others": "keep", "variable": "v"}, "not refuse or replace (v)"),
+    ],
+    ids=["incomplete", "bad-choice"],
+)
+def test_a_bad_owned_entry_is_named(tmp_path: Path, owned: dict[str, str], needs: str) -> None:
+    module = FakeModule(
+        repair=False,
+        update="never",
+        sources=TOOLKIT_SOURCES,
+        owned={"nvidia_container_toolkit_apt_repo_url": owned},
+    )
+    obj = _ready(tmp_path, module, Script([]))
+    with pytest.raises(Failed) as failed:
+        obj.main()
+    assert needs in failed.value.result["msg"]
