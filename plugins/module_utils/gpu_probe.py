@@ -57,12 +57,14 @@ NvmlImporter = Callable[[], Any]
 
 
 def normalize_bus_id(bus_id: str) -> str:
-    """Return a bus ID as sysfs spells it: '00000000:3B:00.0' -> '0000:3b:00.0'."""
-    bus_id = bus_id.strip().lower()
-    domain, sep, rest = bus_id.partition(":")
-    if sep and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}{sep}{rest}"
+    """Return a bus ID as sysfs spells it: '00000000:3B:00.0' (nvidia-smi) -> '0000:3b:00.0';
+    a kernel log's '0000:3B:00' keeps its parts; '3b:00.0' (no domain) gets domain 0000."""
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) == 2 and "." in parts[1]:
+        parts.insert(0, "0000")
+    if len(parts) == 3:
+        parts[0] = parts[0][-4:].rjust(4, "0")
+    return ":".join(parts)
 
 
 def pci_id_from_combined(value: int) -> str:
@@ -206,9 +208,14 @@ def query_nvml(importer: NvmlImporter, health: bool = False) -> Answer | None:
 # nvidia-smi
 
 
-def smi_command(smi: str, fields: Sequence[str]) -> List[str]:
-    """The nvidia-smi query for ``fields`` (CSV without header, units kept)."""
-    return [smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"]
+def smi_command(smi: str, fields: Sequence[str], units: bool = True) -> List[str]:
+    """The nvidia-smi query for ``fields`` (CSV without header; units kept unless ``units``
+    is false, as the metrics collector asks)."""
+    return [
+        smi,
+        "--query-gpu=" + ",".join(fields),
+        "--format=csv,noheader" + ("" if units else ",nounits"),
+    ]
 
 
 def run_command(argv: Sequence[str], timeout: float = 60) -> SmiResult:
@@ -246,21 +253,35 @@ def _flag(text: str | None, true_word: str) -> bool | None:
     return None if text is None else text.lower() == true_word
 
 
+def smi_rows(
+    text: str, fields: Sequence[str], strict: bool = True
+) -> List[Tuple[List[str], Dict[str, str | None]]]:
+    """The lines of ``nvidia-smi --query-gpu=<fields> --format=csv,noheader[,nounits]``: each
+    as its raw cells and as field -> value, with what a GPU does not report ("[N/A]",
+    "[Not Supported]") as None. A line with another number of columns raises ValueError, or
+    is left out when not ``strict``."""
+    rows: List[Tuple[List[str], Dict[str, str | None]]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(fields):
+            if not strict:
+                continue
+            raise ValueError(
+                f"unexpected nvidia-smi line: expected {len(fields)} columns, got {line!r}"
+            )
+        rows.append((cells, {field: _smi_value(cell) for field, cell in zip(fields, cells)}))
+    return rows
+
+
 def parse_smi_csv(text: str, fields: Sequence[str]) -> List[GPU]:
     """Parse ``nvidia-smi --query-gpu=<fields> --format=csv,noheader[,nounits]`` output.
 
     ``fields`` starts with SMI_FIELDS; health fields and ``compute_cap`` are optional.
     Raises ValueError on a line with another number of columns or an unreadable ID."""
     gpus: List[GPU] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != len(fields):
-            raise ValueError(
-                f"unexpected nvidia-smi line: expected {len(fields)} columns, got {line!r}"
-            )
-        row = {field: _smi_value(cell) for field, cell in zip(fields, cells)}
+    for cells, row in smi_rows(text, fields):
         gpu = empty_gpu(int(cells[0]), "nvidia-smi")
         gpu["bus_id"] = normalize_bus_id(cells[1])
         gpu["pci_id"] = pci_id_from_combined(int(cells[2], 16))

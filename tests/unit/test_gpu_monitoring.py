@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import gpu_monitoring as flt  # plugins/filter/gpu_monitoring.py
+import gpu_probe  # plugins/module_utils/gpu_probe.py
 import gpuprov_gpu_metrics as col  # roles/gpu_monitoring/files/gpuprov_gpu_metrics.py
 import pytest
 import yaml
@@ -67,7 +68,32 @@ def test_xid_lines_are_counted_per_gpu_and_code() -> None:
         "NVRM: Xid (PCI:0000:86:00): 13, Graphics SM Warp Exception\n"
     )
     assert col.parse_xid(log) == {("0000:3b:00", "79"): 2, ("0000:86:00", "13"): 1}
-    assert col.normalize_bus("00000000:3B:00.0") == "0000:3b:00.0"
+
+
+@pytest.mark.parametrize(
+    ("bus", "sysfs"),
+    [
+        ("00000000:3B:00.0", "0000:3b:00.0"),  # nvidia-smi
+        ("0000:3B:00", "0000:3b:00"),  # a kernel log's Xid line
+        ("3b:00.0", "0000:3b:00.0"),  # no domain
+        ("0000:86:00.0", "0000:86:00.0"),  # sysfs already
+    ],
+)
+def test_bus_ids_are_spelled_as_sysfs_does(bus: str, sysfs: str) -> None:
+    assert gpu_probe.normalize_bus_id(bus) == sysfs
+
+
+def test_the_collector_reads_gpus_through_gpu_probe_only() -> None:
+    """One source per fact (issue 22): the nvidia-smi query and its parsing, bus IDs and the
+    PCI scan are gpu_probe's, which the role installs beside the collector."""
+    source = COLLECTOR.read_text()
+    assert "import gpu_probe" in source
+    for copy in ("bus/pci/devices", '"bus", "pci"', "0x10de", "0x0302", "Not Supported", "[N/A]"):
+        assert copy not in source, copy
+    for gone in ("normalize_bus", "pci_gpus", "NVIDIA_VENDOR", "GPU_CLASSES", "run"):
+        assert not hasattr(col, gone), gone
+    install = (ROLE / "tasks" / "configure.yml").read_text()
+    assert "payload: probe" in install and "gpu_probe.py" in install
 
 
 def test_stack_match_compares_plan_and_installed() -> None:
@@ -158,10 +184,11 @@ def test_dcgm_tag_follows_the_branch_and_names_a_missing_one() -> None:
         flt.gpu_monitoring_dcgm_tag(470, tags)
 
 
-def _write_pci(root: Path, bus: str, vendor: str, klass: str) -> None:
+def _write_pci(root: Path, bus: str, vendor: str, klass: str, device: str = "0x1023") -> None:
     dev = root / "bus" / "pci" / "devices" / bus
     dev.mkdir(parents=True)
     (dev / "vendor").write_text(vendor + "\n")
+    (dev / "device").write_text(device + "\n")
     (dev / "class").write_text(klass + "\n")
 
 
@@ -218,7 +245,8 @@ def test_collector_without_a_driver_writes_an_explicit_no_driver_state(tmp_path:
         capture_output=True,
         text=True,
         check=False,
-        env={"PATH": "/usr/bin:/bin"},
+        # gpu_probe.py beside the collector, as the role installs it
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "plugins" / "module_utils")},
     )
     assert proc.returncode == 0, proc.stderr
     text = (out / "gpuprov.prom").read_text()

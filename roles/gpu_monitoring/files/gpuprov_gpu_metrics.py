@@ -6,14 +6,17 @@ Run by the gpu_monitoring role's systemd timer as an unprivileged user; writes
 
 - per GPU, from `nvidia-smi --query-gpu=...` (every driver branch has it, R470 included):
   utilisation, memory, temperature, power, SM/memory clocks, ECC error counts where the
-  GPU reports them ("[N/A]"/"[Not Supported]" are left out, never written as 0);
+  GPU reports them (what it does not report is left out, never written as 0);
 - Xid errors per GPU and code from the kernel log (`journalctl -k`), when readable;
 - the driver state: gpuprov_gpu_driver_loaded (0 when no NVIDIA driver answers, as in
   the lab's simulated GPUs), the NVIDIA devices on the PCI bus, whether nvidia-smi answered;
 - gpuprov's facts (the JSON the role writes): the planned driver branch/CUDA/torch next to
   what is installed (measured here), the smoke verdict per layer and its time.
 
-Standard library only. Exit 0 when the file was written (even with no driver), 1 otherwise.
+Standard library only, and gpuprov's one hardware probe (gpu_probe.py, installed beside this
+file by the role): the nvidia-smi query and its parsing, bus IDs and the PCI scan are the
+probe's, as for gpu_info and the smoke tests. Exit 0 when the file was written (even with no
+driver), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import gpu_probe  # beside this file on the host; plugins/module_utils in the checkout
 
 # (nvidia-smi field, metric suffix, help, scale to base unit)
 SMI_FIELDS: tuple[tuple[str, str, str, float], ...] = (
@@ -55,9 +59,7 @@ SMI_FIELDS: tuple[tuple[str, str, str, float], ...] = (
     ),
 )
 ID_FIELDS = ("index", "uuid", "name", "pci.bus_id", "driver_version")
-QUERY = ",".join([*ID_FIELDS, *(f for f, *_ in SMI_FIELDS)])
-NVIDIA_VENDOR = "0x10de"
-GPU_CLASSES = ("0x0300", "0x0302")
+QUERY_FIELDS = (*ID_FIELDS, *(f for f, *_ in SMI_FIELDS))
 XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 LAYERS = ("L0", "L1", "L2", "L3", "PERF", "L4", "L5")
 
@@ -66,46 +68,30 @@ LAYERS = ("L0", "L1", "L2", "L3", "PERF", "L4", "L5")
 # Pure parts (unit-tested)
 
 
-def _number(text: str) -> float | None:
-    value = text.strip()
-    if not value or value.startswith("[") or value in ("N/A", "Not Supported"):
-        return None
+def _number(text: str | None) -> float | None:
     try:
-        return float(value)
+        return None if text is None else float(text)
     except ValueError:
         return None
 
 
 def parse_smi(text: str) -> list[dict[str, Any]]:
-    """Rows of `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits`."""
-    names = [*ID_FIELDS, *(f for f, *_ in SMI_FIELDS)]
+    """Rows of `nvidia-smi --query-gpu=QUERY_FIELDS --format=csv,noheader,nounits` (a line
+    with another number of columns is left out; a value the GPU does not report is None)."""
     rows = []
-    for line in text.strip().splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) != len(names):
-            continue
-        row: dict[str, Any] = dict(zip(ID_FIELDS, cols[: len(ID_FIELDS)], strict=True))
-        for (field, *_), col in zip(SMI_FIELDS, cols[len(ID_FIELDS) :], strict=True):
-            row[field] = _number(col)
+    for _, cells in gpu_probe.smi_rows(text, QUERY_FIELDS, strict=False):
+        row: dict[str, Any] = {field: cells[field] or "" for field in ID_FIELDS}
+        for field, *_ in SMI_FIELDS:
+            row[field] = _number(cells[field])
         rows.append(row)
     return rows
-
-
-def normalize_bus(bus: str) -> str:
-    """00000000:3B:00.0 (nvidia-smi) and 0000:3b:00.0 (sysfs, Xid) -> 0000:3b:00.0."""
-    parts = bus.strip().lower().split(":")
-    if len(parts) == 3:
-        parts[0] = parts[0][-4:].rjust(4, "0")
-    elif len(parts) == 2:
-        parts.insert(0, "0000")
-    return ":".join(parts)
 
 
 def parse_xid(text: str) -> dict[tuple[str, str], int]:
     """(bus id, Xid code) -> count, from kernel log lines `NVRM: Xid (PCI:...): N, ...`."""
     counts: dict[tuple[str, str], int] = {}
     for m in XID.finditer(text):
-        key = (normalize_bus(m.group(1)), m.group(2))
+        key = (gpu_probe.normalize_bus_id(m.group(1)), m.group(2))
         counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -155,7 +141,7 @@ def gpu_metrics(
             "gpu": row["index"],
             "uuid": row["uuid"],
             "name": row["name"],
-            "bus_id": normalize_bus(row["pci.bus_id"]),
+            "bus_id": gpu_probe.normalize_bus_id(row["pci.bus_id"]),
         }
         m.add(
             "gpuprov_gpu_info",
@@ -270,19 +256,6 @@ def facts_metrics(m: Metrics, facts: Mapping[str, Any], installed: Mapping[str, 
 # Measurements on the host
 
 
-def pci_gpus(sysfs_root: str) -> int:
-    count = 0
-    for dev in Path(sysfs_root, "bus", "pci", "devices").glob("*"):
-        try:
-            vendor = (dev / "vendor").read_text().strip().lower()
-            klass = (dev / "class").read_text().strip().lower()
-        except OSError:
-            continue
-        if vendor == NVIDIA_VENDOR and klass[:6] in GPU_CLASSES:
-            count += 1
-    return count
-
-
 def driver_version() -> str | None:
     try:
         text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8")
@@ -302,23 +275,14 @@ def torch_installed(venv: str) -> dict[str, str | None]:
     return {"torch": None, "cuda": None}
 
 
-def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return 127, str(exc)
-    return proc.returncode, proc.stdout
-
-
 def collect(args: argparse.Namespace) -> str:
     started = time.monotonic()
     m = Metrics()
     smi = shutil.which("nvidia-smi")
     rows: list[dict[str, Any]] = []
     if smi:
-        rc, out = run(
-            [smi, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], args.smi_timeout
-        )
+        query = gpu_probe.smi_command(smi, QUERY_FIELDS, units=False)
+        rc, out, _ = gpu_probe.run_command(query, args.smi_timeout)
         rows = parse_smi(out) if rc == 0 else []
     drv = driver_version() or (rows[0]["driver_version"] if rows else None)
     m.add(
@@ -327,14 +291,15 @@ def collect(args: argparse.Namespace) -> str:
     m.add("gpuprov_gpu_smi_up", int(bool(rows)), None, "1 when nvidia-smi answered with GPUs")
     m.add(
         "gpuprov_gpu_pci_devices",
-        pci_gpus(args.sysfs_root),
+        len(gpu_probe.read_pci(args.sysfs_root)),
         None,
         "NVIDIA GPUs on the PCI bus (with or without a driver)",
     )
     xids: dict[tuple[str, str], int] = {}
     journalctl = shutil.which("journalctl")
     if journalctl and drv is not None:
-        rc, out = run([journalctl, "-k", "-b", "-o", "cat", "--no-pager", "-g", "NVRM: Xid"], 10)
+        journal = [journalctl, "-k", "-b", "-o", "cat", "--no-pager", "-g", "NVRM: Xid"]
+        rc, out, _ = gpu_probe.run_command(journal, 10)
         xids = parse_xid(out) if rc in (0, 1) else {}
     gpu_metrics(m, rows, xids)
     facts: dict[str, Any] = {}
