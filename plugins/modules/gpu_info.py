@@ -119,6 +119,10 @@ ansible_facts:
         driver_version:
           description: Driver version reported by NVML or nvidia-smi, null when no driver answered.
           type: str
+        smi_error:
+          description: What a failing nvidia-smi said (NVML did not answer either), else null.
+          type: str
+          sample: "Failed to initialize NVML: Driver/library version mismatch"
         labels:
           description: GPU Feature Discovery style labels (values are strings), from the first GPU.
           type: dict
@@ -232,6 +236,7 @@ def gather(module: AnsibleModule) -> dict[str, Any]:
         "gpus": gpus,
         "source": str(answer["source"]),
         "driver_version": driver_version,
+        "smi_error": answer["smi_error"],
         "nvidia_module_loaded": module_loaded("nvidia", modules, "/sys"),
         "nouveau_loaded": module_loaded("nouveau", modules, "/sys"),
         "secure_boot": secure_boot_state(module),

@@ -93,7 +93,8 @@ def test_the_collector_reads_gpus_through_gpu_probe_only() -> None:
     for gone in ("normalize_bus", "pci_gpus", "NVIDIA_VENDOR", "GPU_CLASSES", "run"):
         assert not hasattr(col, gone), gone
     install = (ROLE / "tasks" / "configure.yml").read_text()
-    assert "payload: probe" in install and "gpu_probe.py" in install
+    assert "payload: probe" in install
+    assert "gpu_probe.py" in install
 
 
 def test_stack_match_compares_plan_and_installed() -> None:

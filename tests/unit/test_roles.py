@@ -81,3 +81,38 @@ def test_a_role_that_reads_gpu_facts_scans_the_gpus_first_unconditionally(role: 
     reads = [i for i, t in enumerate(tasks) if "ansible_facts['gpu_info']" in yaml.safe_dump(t)]
     assert tasks.index(scans[0]) < min(reads, default=len(tasks)), f"{role.name}: scan after read"
     assert "always" in (scans[0].get("tags") or []), f"{role.name}: the scan must run for any tag"
+
+
+COMMAND_KEYS = ("cmd", "command", "shell", "ansible.builtin.command", "ansible.builtin.shell")
+
+
+def _runs_nvidia_smi(node: Any) -> bool:
+    """Whether a task tree runs nvidia-smi itself (an argv, a cmd or a free-form command)."""
+    if isinstance(node, list):
+        return any(_runs_nvidia_smi(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    for key, value in node.items():
+        argv = value if key == "argv" and isinstance(value, list) else []
+        line = value if key in COMMAND_KEYS and isinstance(value, str) else ""
+        if (argv and "nvidia-smi" in str(argv[0])) or line.lstrip().startswith("nvidia-smi"):
+            return True
+        if _runs_nvidia_smi(value):
+            return True
+    return False
+
+
+def test_no_role_task_asks_nvidia_smi_itself() -> None:
+    """GPUs are read through gpuprov's one probe (issue 22): gpu_info in tasks and handlers,
+    gpu_probe beside the metrics collector and the smoke scripts. (The fast path's state specs,
+    in vars/, fingerprint nvidia-smi's output to notice a change; they read no GPU fact.)"""
+    found = [
+        str(path.relative_to(ROOT))
+        for role in ROLES
+        for path in sorted([*role.glob("tasks/*.yml"), *role.glob("handlers/*.yml")])
+        if _runs_nvidia_smi(_yaml(path))
+    ]
+    assert found == []
+    assert _runs_nvidia_smi([{"ansible.builtin.command": {"argv": ["nvidia-smi", "-L"]}}])
+    assert _runs_nvidia_smi([{"ansible.builtin.command": "nvidia-smi -L"}])
+    assert not _runs_nvidia_smi([{"gpu_info": {"sysfs_root": "/sys"}}])
