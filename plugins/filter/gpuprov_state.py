@@ -18,7 +18,8 @@ short_description: One digest of what a role's result depends on
 description:
   - Hashes the role's variables (names and values, secrets included; only the digest leaves
     the controller; the controller's report directories, C(*_report_dir) and
-    C(*_report_root), left out), the host facts the role reads, every file of the role (tasks,
+    C(*_report_root), and how playbooks/driver.yml rolls a change out, C(gpuprov_driver_*) and
+    C(nvidia_driver_defer_changes), left out), the host facts the role reads, every file of the role (tasks,
     templates, files, defaults, vars) and every file of gpuprov's plugins, scripts and
     compat package (the smoke layers, the export check and the fatbin reader that roles
     copy; the data). A change to any of them makes the role's next probe say "inputs
@@ -67,6 +68,15 @@ def tree_digest(root: str) -> str:
 # Where the controller keeps its reports is not an input of what a role does on a host: a
 # run from another checkout (another admin, a CI workspace) must not re-run every role.
 CONTROLLER_ONLY = ("_report_dir", "_report_root")
+# How playbooks/driver.yml rolls a driver change out (batches, failure limit, drain and undrain
+# hooks; a node verified in the first play with nvidia_driver_defer_changes on must match the
+# record of its batch, with it off) changes nothing on a host: no role's input.
+ROLLOUT_ONLY = ("gpuprov_driver_", "nvidia_driver_defer_changes")
+
+
+def is_input(name: str) -> bool:
+    """Whether a variable of a role's state_vars is an input of what the role does on a host."""
+    return not name.endswith(CONTROLLER_ONLY) and not name.startswith(ROLLOUT_ONLY)
 
 
 def plain(value: Any) -> Any:
@@ -85,7 +95,7 @@ def state_inputs(
     """The digest (hex) of ``values`` (less the controller's report directories), ``facts``,
     the role's files and gpuprov's plugins, scripts and compat package."""
     doc = {
-        "values": plain({k: v for k, v in values.items() if not k.endswith(CONTROLLER_ONLY)}),
+        "values": plain({k: v for k, v in values.items() if is_input(k)}),
         "facts": plain(facts or {}),
         "role": tree_digest(str(Path(role_path).absolute())),
         "plugins": tree_digest(str(PLUGINS)),

@@ -471,6 +471,25 @@ def test_a_changed_value_or_fact_changes_the_digest(
 
 
 @pytest.mark.parametrize(
+    "knob",
+    [
+        {"gpuprov_driver_serial": "50%"},
+        {"gpuprov_driver_drain_command": ["scontrol", "update", "state=drain"]},
+        {"nvidia_driver_defer_changes": True},
+    ],
+    ids=["serial", "drain-hook", "defer"],
+)
+def test_how_a_driver_change_rolls_out_is_no_input(role_path: Path, knob: dict[str, Any]) -> None:
+    """Changing a batch size or a hook of playbooks/driver.yml re-converges no role on any host
+    (every role's state_vars match gpuprov_*; before, all but the driver's re-ran once)."""
+    assert _digest({**VALUES, **knob}, role_path, FACTS) == _digest(VALUES, role_path, FACTS)
+    # A variable of the same family that is a role input still counts.
+    assert _digest({**VALUES, "gpuprov_torch_version": "2.5.1"}, role_path, FACTS) != _digest(
+        VALUES, role_path, FACTS
+    )
+
+
+@pytest.mark.parametrize(
     "change",
     [
         lambda role: (role / "defaults" / "main.yml").write_text("demo_port: 8080\n"),
