@@ -55,6 +55,8 @@ class Lab:
     inventory: Path
     hosts: dict[str, dict[str, Any]]
     groups: dict[str, list[str]]
+    # The operator's shell (operator_shell) the session's `lab.py up` ran in.
+    operator_env: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def lab_py(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -288,6 +290,7 @@ def lab() -> Iterator[Lab]:
         # killed before its teardown (same name) would make the flow's first tests judge
         # hosts converged by other code, with another checkout's mirror key and lists.
         _run_lab_py(name, "down")
+    operator_env = operator_shell(RUNS / name / "operator")
     up = subprocess.run(
         [
             sys.executable,
@@ -303,7 +306,7 @@ def lab() -> Iterator[Lab]:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, **operator_shell(RUNS / name / "operator")},
+        env={**os.environ, **operator_env},
     )
     if up.returncode != 0:
         pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
@@ -313,7 +316,7 @@ def lab() -> Iterator[Lab]:
         os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password)
     host_vars, groups = _read_inventory(inventory)
     try:
-        yield Lab(name, inventory, host_vars, groups)
+        yield Lab(name, inventory, host_vars, groups, operator_env)
     finally:
         if not keep:
             _run_lab_py(name, "down")

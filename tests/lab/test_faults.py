@@ -1196,15 +1196,14 @@ def test_the_lab_came_up_in_an_operators_shell(
     ANSIBLE_CONFIG and ANSIBLE_INVENTORY exported (conftest.operator_shell); before the fix it
     stopped at `ansible-vault encrypt` (exit 5, two default vault ids). The lab's vault was
     written with the lab's own password: the operator's does not open it."""
-    operator = REPO / ".lab" / lab.name / "operator"
-    assert (operator / "ansible.cfg").exists(), "the session's lab.py up ran in a plain shell"
+    shell = lab.operator_env
+    assert set(shell) == {"ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_CONFIG", "ANSIBLE_INVENTORY"}
+    assert Path(shell["ANSIBLE_CONFIG"]).exists(), shell
     vault = lab.inventory.parent / s3lab.VAULT_FILE
     assert s3lab.read_vault(vault, vault_password_file(lab.name)), vault
-    assert s3lab.read_vault(vault, operator / "vault-pass") == {}
+    assert s3lab.read_vault(vault, Path(shell["ANSIBLE_VAULT_PASSWORD_FILE"])) == {}
     # And again, the lab reused, in the same shell: no ansible-vault conflict either.
-    env = {**os.environ, "ANSIBLE_VAULT_PASSWORD_FILE": str(operator / "vault-pass")}
-    env["ANSIBLE_CONFIG"] = str(operator / "ansible.cfg")
-    env["ANSIBLE_INVENTORY"] = str(operator / "hosts.yml")
+    env = {**os.environ, **shell}
     again = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "lab.py"), "--lab", lab.name, "status"],
         capture_output=True,
