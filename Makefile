@@ -123,7 +123,7 @@ ee: venv  ## the AWX/AAP execution environment's build context (ansible-builder 
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(EE_DIR) .
 	$(BIN)/ansible-builder create --file execution-environment.yml --context $(EE_DIR)/context
 
-bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; 4 hosts vs 1)
+bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; no-op on 8 and 4 hosts vs 1)
 	$(BIN)/python scripts/bench_site.py
 
 readme-table: venv  ## regenerate the README support table from compat/data

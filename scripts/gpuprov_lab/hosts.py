@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -418,6 +419,13 @@ def forget_cached_facts(lab: str, host: str) -> list[Path]:
     return removed
 
 
+# `up` creates its hosts in parallel threads: each picks the lowest free port and publishes it
+# with docker run, so two threads picked the same one and retried into each other (an 8-host
+# lab failed "no free port after 5 tries"). Picking and publishing is one step per process;
+# the retry stays for another lab's process taking the port meanwhile.
+_PUBLISH = threading.Lock()
+
+
 def create_container(
     docker: Docker,
     lab: str,
@@ -434,9 +442,10 @@ def create_container(
     if run_image is None:
         forget_cached_facts(lab, host.name)
     for _ in range(5):
-        port = allocate_ports(1, taken_ports(docker), port_is_free)[0]
-        argv = docker_run_args(lab, host, image, port, cgroup, run_image)
-        proc = docker.run(argv, check=False)
+        with _PUBLISH:
+            port = allocate_ports(1, taken_ports(docker), port_is_free)[0]
+            argv = docker_run_args(lab, host, image, port, cgroup, run_image)
+            proc = docker.run(argv, check=False)
         if proc.returncode == 0:
             return
         err = proc.stderr.decode(errors="replace")
