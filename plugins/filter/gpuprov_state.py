@@ -18,12 +18,12 @@ short_description: One digest of what a role's result depends on
 description:
   - Hashes the role's variables (names and values, secrets included; only the digest leaves
     the controller; the controller's report directories, C(*_report_dir) and
-    C(*_report_root), and how playbooks/driver.yml rolls a change out, C(gpuprov_driver_*) and
-    C(nvidia_driver_defer_changes), left out), the host facts the role reads, every file of the role (tasks,
-    templates, files, defaults, vars) and every file of gpuprov's plugins, scripts and
-    compat package (the smoke layers, the export check and the fatbin reader that roles
-    copy; the data). A change to any of them makes the role's next probe say "inputs
-    changed", so the role runs in full.
+    C(*_report_root), and how playbooks/driver.yml rolls a change out, C(gpuprov_driver_*)
+    and C(nvidia_driver_defer_changes), left out), the host facts the role reads, every file
+    of the role (tasks, templates, files, defaults, vars) and every file of gpuprov's
+    plugins, scripts and compat package (the smoke layers, the export check and the fatbin
+    reader that roles copy; the data). A change to any of them makes the role's next probe
+    say "inputs changed", so the role runs in full.
 positional: role_path, facts
 options:
   _input:

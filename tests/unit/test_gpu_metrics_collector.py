@@ -101,7 +101,7 @@ def samples(text: str, name: str) -> list[str]:
 
 
 def test_the_query_is_the_one_the_stand_in_checks() -> None:
-    assert col.QUERY == QUERY
+    assert ",".join(col.QUERY_FIELDS) == QUERY
 
 
 def test_a_host_with_a_driver_gets_every_gpu_its_errors_and_its_driver(host: Path) -> None:
@@ -237,25 +237,3 @@ def test_torch_installed_reads_version_py(
     site.mkdir(parents=True)
     (site / "version.py").write_text(text)
     assert col.torch_installed(str(tmp_path)) == want
-
-
-def test_pci_gpus_counts_nvidia_display_and_3d_controllers(tmp_path: Path) -> None:
-    devices = tmp_path / "bus" / "pci" / "devices"
-    for bus, vendor, klass in (
-        ("0000:07:00.0", "0x10de", "0x030200"),  # 3D controller (A100)
-        ("0000:86:00.0", "0x10de", "0x030000"),  # VGA controller (K40m)
-        ("0000:07:00.1", "0x10de", "0x040300"),  # the board's audio function
-        ("0000:01:00.0", "0x8086", "0x020000"),  # a NIC
-    ):
-        (devices / bus).mkdir(parents=True)
-        (devices / bus / "vendor").write_text(vendor + "\n")
-        (devices / bus / "class").write_text(klass + "\n")
-    (devices / "0000:02:00.0").mkdir()  # no vendor/class files: skipped
-    assert col.pci_gpus(str(tmp_path)) == 2
-    assert col.pci_gpus(str(tmp_path / "nowhere")) == 0
-
-
-def test_run_reports_a_missing_tool_as_127() -> None:
-    rc, text = col.run(["/nonexistent/nvidia-smi", "-L"], 5)
-    assert rc == 127
-    assert "No such file or directory" in text

@@ -525,3 +525,13 @@ def test_smokelib_imports_without_the_probe_beside_it(tmp_path):
         [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, check=False
     )
     assert (proc.returncode, proc.stdout.strip()) == (0, "False"), proc.stderr
+
+
+def test_run_command_reports_a_missing_tool_as_127_and_a_hang_as_124():
+    """The metrics collector's runner too (nvidia-smi, journalctl)."""
+    rc, out, err = gp.run_command(["/nonexistent/nvidia-smi", "-L"], 5)
+    assert (rc, out) == (127, "")
+    assert "No such file or directory" in err
+    rc, _, err = gp.run_command(["sleep", "5"], 0.2)
+    assert rc == 124
+    assert "timed out after 0.2s" in err
