@@ -1453,10 +1453,9 @@ class AptReady:
             if url
         }
 
-    def own_sources(self) -> bool:
-        """Refuse or move aside the other definitions of each repository in `owned` (before any
-        apt command); whether a replacement is pending (check mode)."""
-        definitions = self.definitions()
+    def own_sources(self, definitions: Mapping[str, list[dict[str, Any]]]) -> None:
+        """Refuse or move aside the other definitions (``definitions``, as `definitions` reads
+        them) of each repository in `owned`, before any apt command."""
         backup_dir = Path(self.params["backup_dir"])
         for var, owned in sorted(self.params["owned"].items()):
             url = str(self.params["sources"].get(var) or "")
@@ -1475,12 +1474,13 @@ class AptReady:
                 self.fail(error, foreign_sources=definitions.get(var, []))
             moved = []
             for name in files:
+                data = Path(name).read_bytes()
                 backup = backup_dir / Path(name).name
-                if backup.exists() and backup.read_bytes() != Path(name).read_bytes():
+                if backup.exists() and backup.read_bytes() != data:
                     backup = backup.with_name(f"{backup.name}.{int(self.now())}")
                 if not self.module.check_mode:
                     backup_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-                    backup.write_bytes(Path(name).read_bytes())
+                    backup.write_bytes(data)
                     backup.chmod(0o644)
                     Path(name).unlink()
                 moved.append(str(backup))
@@ -1496,7 +1496,6 @@ class AptReady:
                 self.result["replaced"].append(said)
                 self.result["changed"] = True
                 self.module.warn(said)
-        return bool(self.result["replaced_sources"]) and self.module.check_mode
 
     def check_fingerprints(self) -> None:
         """Each pinned key URL's keyring holds the pinned key, or goes (see `fingerprints`)."""
@@ -1533,9 +1532,14 @@ class AptReady:
     def main(self) -> dict[str, Any]:
         self.result["stale_keys"] = []
         self.result["stale_records"] = []
-        pending = self.own_sources()
-        self.result["source_definitions"] = self.definitions()
-        if pending:
+        definitions = self.definitions()
+        self.own_sources(definitions)
+        moved = bool(self.result["replaced_sources"])
+        # What is left once the other files moved (read again only then).
+        self.result["source_definitions"] = (
+            self.definitions() if moved and not self.module.check_mode else definitions
+        )
+        if moved and self.module.check_mode:
             self.result["update_reason"] = (
                 "not refreshed: a replacement of another source file is pending (check mode)"
             )
