@@ -347,9 +347,11 @@ def plan_host(
     expect_gpu: bool = True,
     host: str | None = None,
     sysfs_root: str | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One host's plan from its ``gpu_info`` GPUs, the OS's packaged driver branches and the
-    inventory pins: the versioned document described in docs/design.md ("The host plan")."""
+    inventory pins: the versioned document described in docs/design.md ("The host plan");
+    ``environment`` (compat.environment's block) is carried as the plan's own."""
     from compat import plan
 
     return plan.plan_host(
@@ -364,6 +366,7 @@ def plan_host(
         expect_gpu=expect_gpu,
         host=host,
         sysfs_root=sysfs_root,
+        environment=environment,
     )
 
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the environment block
 # Entries kept per matrix (about 4 KB each; when full, the table starts again); 0: no memo.
 MEMO_SIZE = 8192
 _MEMO: weakref.WeakKeyDictionary[Matrix, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
@@ -58,6 +58,7 @@ def plan_host(
     expect_gpu: bool = True,
     host: str | None = None,
     sysfs_root: str | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan of one host; see the module docstring and ``docs/design.md``."""
     gpus = [dict(g) for g in gpus or ()]
@@ -84,6 +85,7 @@ def plan_host(
             torch_pin,
             refused=refused,
             host=host,
+            environment=environment,
         )
 
     notes: list[str] = []
@@ -121,7 +123,9 @@ def plan_host(
     resolved["reasons"] = list(dict.fromkeys(os_reasons + list(resolved.get("reasons") or [])))
     resolved["notes"] = list(dict.fromkeys(list(resolved.get("notes") or []) + notes))
     resolved["ok"] = bool(resolved["ok"]) and not unpackaged
-    return _document(resolved, gpus, allowed, packaged, pin, torch_pin, host=host)
+    return _document(
+        resolved, gpus, allowed, packaged, pin, torch_pin, host=host, environment=environment
+    )
 
 
 def _query(m: Matrix, gpu: dict[str, Any]) -> str:
@@ -274,6 +278,7 @@ def _document(
     torch_pin: str | None,
     refused: list[str] | None = None,
     host: str | None = None,
+    environment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The versioned plan document: every key present, whatever the outcome."""
     driver = dict(resolved.get("driver") or {})
@@ -316,6 +321,7 @@ def _document(
         "pinned": {"driver_branch": pin, "torch": torch_pin},
         "packaged_branches": packaged,
         "detected": gpu_summary(gpus),
+        "environment": dict(environment) if environment else None,
     }
     doc["lines"] = plan_lines(doc)
     return doc

@@ -182,8 +182,10 @@ def gpu_compat_plan(
     python: str | None = None,
     expect_gpu: Any = True,
     host: str | None = None,
+    environment: Any = None,
 ) -> dict[str, Any]:
-    """The host plan from the gpu_info fact (the whole dict, or its list of GPUs)."""
+    """The host plan from the gpu_info fact (the whole dict, or its list of GPUs);
+    ``environment`` is the torch_environment lookup's block (the plan carries it)."""
     _require()
     facts: dict[str, Any] = gpu_info if isinstance(gpu_info, dict) else {"gpus": gpu_info or []}
     if not isinstance(expect_gpu, bool):
@@ -202,6 +204,7 @@ def gpu_compat_plan(
             expect_gpu=expect_gpu,
             host=host,
             sysfs_root=facts.get("sysfs_root"),
+            environment=dict(environment) if environment else None,
         )
     except CompatError as exc:
         raise AnsibleFilterError(f"gpu_compat_plan: {exc}") from exc

@@ -48,6 +48,7 @@ PLAN_KEYS = {
     "pinned",
     "packaged_branches",
     "lines",
+    "environment",
 }
 DRIVER_KEYS = {"branch", "min_version", "required_version", "allowed_branches", "why"}
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import compat
+from compat.environment import environment
 
 DESIGN = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
 K40M = {"index": 0, "pci_id": "10de:1023", "name": "Tesla K40m", "compute_capability": "3.5"}
@@ -30,8 +31,8 @@ def test_plan_schema_is_documented_both_ways() -> None:
     doc = table("### The host plan")
     ok = compat.plan_host([K40M], packaged_branches=[470], host="n1")
     refused = compat.plan_host([], host="n1")
-    assert ok["schema_version"] == 1
-    assert "schema_version 1" in DESIGN
+    assert ok["schema_version"] == 2
+    assert "schema_version 2" in DESIGN
     for plan in (ok, refused):
         assert set(plan) == set(doc)
     driver_keys = set(re.findall(r"\{?`([a-z_]+)`", doc["driver"].split(" (full")[0]))
@@ -39,6 +40,8 @@ def test_plan_schema_is_documented_both_ways() -> None:
     assert set(ok["driver"]) <= driver_keys, set(ok["driver"]) - driver_keys
     detected = set(re.findall(r"`([a-z_]+)`", doc["detected"]))
     assert set(ok["detected"][0]) == detected
+    env = environment("pip", "/srv/torch", "/srv/conda", "", "k")
+    assert set(env) == set(re.findall(r"[{,]\s*`([a-z_]+)` \(", doc["environment"]))
 
 
 def test_install_document_is_documented_both_ways() -> None:

@@ -39,7 +39,7 @@ DRIVER_CONSUMED = ("branch", "min_version", "minor_compat_min_version")
 
 
 def assert_schema(plan: dict[str, Any]) -> None:
-    assert plan["schema_version"] == SCHEMA_VERSION == 1
+    assert plan["schema_version"] == SCHEMA_VERSION == 2
     for key in (*CONSUMED, "gpus", "container", "install", "refused", "lines", "detected"):
         assert key in plan, key
     for key in (*DRIVER_CONSUMED, "allowed_branches", "packaged_branches", "why"):

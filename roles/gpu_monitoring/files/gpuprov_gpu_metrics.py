@@ -267,6 +267,8 @@ def driver_version() -> str | None:
 
 def torch_installed(venv: str) -> dict[str, str | None]:
     """torch's version and CUDA from its files in the venv (no import: fast, no GPU touch)."""
+    if not venv:
+        return {"torch": None, "cuda": None}
     for version_py in sorted(Path(venv).glob("lib/python3*/site-packages/torch/version.py")):
         text = version_py.read_text(encoding="utf-8", errors="replace")
         ver = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
@@ -335,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", required=True, help="textfile collector directory")
     parser.add_argument("--facts", default="/etc/gpuprov/monitoring.json")
-    parser.add_argument("--venv", default="/opt/gpuprov/venv")
+    parser.add_argument("--venv", default="", help="the torch environment (none: no torch)")
     parser.add_argument("--sysfs-root", default="/sys")
     parser.add_argument("--smi-timeout", type=float, default=20)
     parser.add_argument("--stdout", action="store_true", help="print instead of writing")

@@ -1,0 +1,55 @@
+"""Where a host's PyTorch environment lives: the plan's ``environment`` block.
+
+The pytorch role decides it (``pytorch_method``, ``pytorch_venv_path``,
+``pytorch_conda_env_path``, ``pytorch_container_image``; their defaults are in
+``roles/pytorch/defaults/main.yml`` and nowhere else) and jupyterlab names its kernel
+(``jupyterlab_kernel_name``). Every role that runs the host's torch (dist_launch, gpu_smoke,
+model_serving, gpu_monitoring, jupyterlab, object_storage) reads this block through the
+``gpuprov_environment`` filter instead of typing ``/opt/gpuprov/venv`` again.
+
+- ``pip`` and ``conda``: the environment is a directory on the host (``prefix``) with its own
+  interpreter (``interpreter``).
+- ``container``: torch is in ``image``; there is no interpreter on the host (``None``): a role
+  that needs one refuses, naming ``pytorch_method``.
+- ``none``: no environment (``pytorch_skip_reason`` says why).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compat.model import CompatError
+
+METHODS = ("pip", "conda", "container", "none")
+KEYS = ("method", "prefix", "interpreter", "kernel_name", "image")
+
+
+def environment(
+    method: str,
+    venv_path: str,
+    conda_env_path: str,
+    container_image: str = "",
+    kernel_name: str = "",
+) -> dict[str, Any]:
+    """The ``environment`` block: method, prefix, interpreter, kernel name, image."""
+    if method not in METHODS:
+        raise CompatError(f"pytorch_method is {method!r}; allowed: {', '.join(METHODS)}")
+    prefix: str | None = None
+    if method in ("pip", "conda"):
+        variable, prefix = (
+            ("pytorch_venv_path", venv_path)
+            if method == "pip"
+            else ("pytorch_conda_env_path", conda_env_path)
+        )
+        if not str(prefix or "").startswith("/"):
+            raise CompatError(
+                f"{variable} is {prefix!r}: the environment's directory must be an absolute path"
+            )
+        prefix = str(prefix).rstrip("/") or "/"
+    return {
+        "method": method,
+        "prefix": prefix,
+        "interpreter": f"{prefix}/bin/python" if prefix else None,
+        "kernel_name": (kernel_name or None) if prefix else None,
+        "image": (container_image or None) if method == "container" else None,
+    }

@@ -1,0 +1,114 @@
+"""Where a host's PyTorch environment lives (compat/environment.py, the plan's `environment`
+block) and the torch_environment lookup that every torch-running role reads it through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch_environment as lookup  # plugins/lookup/torch_environment.py
+import yaml
+from ansible.errors import AnsibleLookupError
+
+from compat import CompatError
+from compat.environment import KEYS, environment
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTORCH_DEFAULTS = yaml.safe_load((ROOT / "roles/pytorch/defaults/main.yml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("method", "want"),
+    [
+        ("pip", {"prefix": "/srv/venv", "interpreter": "/srv/venv/bin/python", "image": None}),
+        ("conda", {"prefix": "/srv/conda", "interpreter": "/srv/conda/bin/python", "image": None}),
+        ("container", {"prefix": None, "interpreter": None, "image": "nvcr.io/nvidia/pytorch:x"}),
+        ("none", {"prefix": None, "interpreter": None, "image": None}),
+    ],
+)
+def test_each_method_says_where_torch_is(method: str, want: dict[str, str | None]) -> None:
+    env = environment(method, "/srv/venv/", "/srv/conda", "nvcr.io/nvidia/pytorch:x", "k")
+    assert tuple(env) == KEYS
+    assert env["method"] == method
+    assert {k: env[k] for k in want} == want
+    assert env["kernel_name"] == ("k" if want["prefix"] else None)
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (("venv", "/a", "/b"), "pytorch_method is 'venv'; allowed: pip, conda, container, none"),
+        (("pip", "opt/venv", "/b"), "pytorch_venv_path is 'opt/venv'"),
+        (("conda", "/a", ""), "pytorch_conda_env_path is ''"),
+    ],
+)
+def test_a_bad_value_names_its_variable(args: tuple[str, str, str], names: str) -> None:
+    with pytest.raises(CompatError, match=names.replace("(", r"\(")):
+        environment(*args)
+
+
+def test_the_lookup_takes_unset_values_from_the_roles_defaults() -> None:
+    env = lookup.torch_environment({})
+    venv = PYTORCH_DEFAULTS["pytorch_venv_path"]
+    assert env == environment(
+        PYTORCH_DEFAULTS["pytorch_method"],
+        venv,
+        PYTORCH_DEFAULTS["pytorch_conda_env_path"],
+        "",
+        "gpuprov-torch",
+    )
+    assert env["interpreter"] == f"{venv}/bin/python"
+
+
+def test_the_lookup_follows_a_changed_venv_path_and_the_container_method() -> None:
+    moved = lookup.torch_environment({"pytorch_venv_path": "/data/torch"})
+    assert (moved["prefix"], moved["interpreter"]) == ("/data/torch", "/data/torch/bin/python")
+    image = "nvcr.io/nvidia/pytorch:24.05-py3"
+    boxed = lookup.torch_environment(
+        {"pytorch_method": "container", "pytorch_container_image": image}
+    )
+    assert boxed == {
+        "method": "container",
+        "prefix": None,
+        "interpreter": None,
+        "kernel_name": None,
+        "image": image,
+    }
+    with pytest.raises(AnsibleLookupError, match="torch_environment: pytorch_method is 'x'"):
+        lookup.torch_environment({"pytorch_method": "x"})
+
+
+def test_the_plan_carries_the_block() -> None:
+    import compat
+
+    env = lookup.torch_environment({"pytorch_venv_path": "/data/torch"})
+    k40m = {"index": 0, "pci_id": "10de:1023", "name": "Tesla K40m", "compute_capability": "3.5"}
+    plan = compat.plan_host([k40m], packaged_branches=[470], host="n1", environment=env)
+    assert plan["environment"] == env
+    assert compat.plan_host([k40m], packaged_branches=[470])["environment"] is None
+
+
+def test_the_lookup_reads_the_values_its_task_sees() -> None:
+    class Templar:
+        def template(self, value: object) -> object:
+            return value
+
+    module = lookup.LookupModule()
+    module._templar = Templar()
+    (env,) = module.run([], {"pytorch_venv_path": "/data/torch", "unrelated": 1})
+    assert env["interpreter"] == "/data/torch/bin/python"
+    with pytest.raises(AnsibleLookupError, match="takes no terms"):
+        module.run(["x"], {})
+
+
+def test_no_role_types_the_environments_path_again() -> None:
+    """The pytorch role's defaults are the one place of /opt/gpuprov/venv (issue 22)."""
+    default = PYTORCH_DEFAULTS["pytorch_venv_path"]
+    copies = [
+        str(path.relative_to(ROOT))
+        for path in sorted(ROOT.glob("roles/*/*/*.yml"))
+        if default in path.read_text()
+        and path != ROOT / "roles/pytorch/defaults/main.yml"
+        and path.parts[-3:-1] != ("pytorch", "meta")
+    ]
+    assert copies == []
