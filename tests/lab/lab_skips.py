@@ -30,6 +30,7 @@ OTHER_HOSTS = (
     "needs two bookworm hosts",  # test_launch_monitoring.py
     "no bookworm host in this lab",  # test_model_serving.py, test_notebook_storage.py
     "no bookworm K40m host in this lab",  # test_model_serving.py
+    "needs two GPU nodes",  # test_site.py's unreachable-host test
 )
 
 
