@@ -7,7 +7,7 @@ Reads what the playbooks wrote on the controller:
   <DIR>/plan/<host>.json   playbooks/plan.yml  ({host, gpu_info, plan})
   <DIR>/smoke/<host>.json  playbooks/smoke.yml ({host, ok, required, not_passed, layers,
                            driver, torch_expected, time})
-  <DIR>/notebook/<host>.json, <DIR>/storage/<host>.json  playbooks/notebook.yml and
+  <DIR>/jupyterlab/<host>.json, <DIR>/storage/<host>.json  playbooks/jupyterlab.yml and
                            playbooks/storage.yml (the "environment" section; never a token)
   <DIR>/serving/<host>.json, <DIR>/monitoring/prometheus-gpuprov.yml  playbooks/serving.yml
                            and playbooks/monitoring.yml

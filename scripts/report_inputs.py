@@ -1,6 +1,6 @@
 """The fleet report's readers of what the playbooks wrote on the controller (reports/).
 
-  <DIR>/<kind>/<host>.json     plan, smoke, notebook, storage, serving (roles/gpuprov_report)
+  <DIR>/<kind>/<host>.json     plan, smoke, jupyterlab, storage, serving (roles/gpuprov_report)
   <DIR>/monitoring/prometheus-gpuprov.yml   roles/gpu_monitoring's scrape config
 
 Only named fields are copied out of the notebook and storage reports (no token is ever in them,
@@ -46,7 +46,7 @@ def load_dir(path: Path) -> dict[str, dict[str, Any]]:
 def environment_rows(reports: Path, hosts: Sequence[str]) -> list[dict[str, Any]]:
     """Per host of `hosts`: the notebook URL to tunnel to, the kernel's torch/CUDA, each
     storage verdict."""
-    notebooks, storages = load_dir(reports / "notebook"), load_dir(reports / "storage")
+    notebooks, storages = load_dir(reports / "jupyterlab"), load_dir(reports / "storage")
     rows = []
     for host in sorted((set(notebooks) | set(storages)) & set(hosts)):
         nb = notebooks.get(host) or {}

@@ -1,11 +1,11 @@
-"""Behaviour of a host after the jupyterlab role (playbooks/notebook.yml): service user, bind
+"""Behaviour of a host after the jupyterlab role (playbooks/jupyterlab.yml): service user, bind
 address, file modes.
 
 pytest tests/infra/test_jupyterlab.py --hosts=ansible://all --ansible-inventory=INV
 
 Hosts with jupyterlab_method: none (from the inventory, rendered as the play sees it) skip
 the notebook tests, and a host without the unit otherwise fails; the lab test
-tests/lab/test_notebook_storage.py checks that every torch host has it.
+tests/lab/test_jupyterlab_storage.py checks that every torch host has it.
 """
 
 from __future__ import annotations

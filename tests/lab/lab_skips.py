@@ -28,7 +28,7 @@ OTHER_HOSTS = (
     "the lab has no k40m host",  # test_site.py
     "needs a bookworm GPU-profile host and a bookworm cpu host",  # test_pytorch_smoke.py
     "needs two bookworm hosts",  # test_launch_monitoring.py
-    "no bookworm host in this lab",  # test_model_serving.py, test_notebook_storage.py
+    "no bookworm host in this lab",  # test_model_serving.py, test_jupyterlab_storage.py
     "no bookworm K40m host in this lab",  # test_model_serving.py
     "needs two GPU nodes",  # test_site.py's unreachable-host test
 )

@@ -1,5 +1,5 @@
 """Report trees for the fleet page's tests: what playbooks/plan.yml, smoke.yml, serving.yml,
-notebook.yml, storage.yml and monitoring.yml write under reports/, shaped like the lab's and
+jupyterlab.yml, storage.yml and monitoring.yml write under reports/, shaped like the lab's and
 a real fleet's (reports/smoke/lab-m40.json of a real `make lab` is the model).
 
     write_case("mixed", root)   # root/plan, root/smoke, ... root/history; returns the hosts
@@ -249,7 +249,7 @@ def mixed() -> dict[str, dict[str, Any]]:
             "lab-cpu": smoke_doc("lab-cpu", ["L0", "L4", "L5", "L6"], cpu_layers),
         },
         "serving": {"lab-k40m": SERVING},
-        "notebook": {"lab-k40m": NOTEBOOK},
+        "jupyterlab": {"lab-k40m": NOTEBOOK},
         "storage": {"lab-k40m": STORAGE, "lab-m40": {"profiles": STORAGE["profiles"][:1]}},
         "history": HISTORY,
         "scrape": SCRAPE,
@@ -323,7 +323,7 @@ def write_case(name: str, root: Path) -> Path:
     """Write the case's reports under root; returns an inventory file of its hosts."""
     data = case(name)
     root.mkdir(parents=True, exist_ok=True)
-    for kind in ("plan", "smoke", "serving", "notebook", "storage"):
+    for kind in ("plan", "smoke", "serving", "jupyterlab", "storage"):
         for host, doc in (data.get(kind) or {}).items():
             (root / kind).mkdir(exist_ok=True)
             (root / kind / f"{host}.json").write_text(json.dumps({"host": host, **doc}))

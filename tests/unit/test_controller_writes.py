@@ -36,7 +36,7 @@ def controller_writes(tasks: Any) -> list[dict[str, Any]]:
 
 def test_the_scan_finds_the_known_report_writes() -> None:
     names = {t["name"] for f in FILES for t in controller_writes(yaml.safe_load(f.read_text()))}
-    # roles/gpuprov_report writes every <kind>/<host>.json report (plan, smoke, notebook,
+    # roles/gpuprov_report writes every <kind>/<host>.json report (plan, smoke, jupyterlab,
     # storage, serving) with its action plugin (test below); gpu_monitoring writes its
     # scrape config itself.
     assert "scrape | Write the Prometheus scrape config of the fleet" in names

@@ -7,7 +7,7 @@ kernel's websocket is the one thing simulated: websocket-client is not in the de
 stand-in `websocket` module (create_connection -> send/recv/close, its API) is put first on
 the process's PYTHONPATH; it hands each message to this test's kernel, which answers with
 the Jupyter messaging protocol's iopub/shell messages. The real JupyterLab, kernel and
-websocket run on the lab (tests/lab/test_notebook_storage.py::test_kernel_round_trip).
+websocket run on the lab (tests/lab/test_jupyterlab_storage.py::test_kernel_round_trip).
 """
 
 from __future__ import annotations

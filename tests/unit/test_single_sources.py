@@ -62,7 +62,7 @@ REPORT_DEFAULT_HOME = {
 REPORT_WRITERS = {
     "plan": "playbooks/plan.yml",
     "smoke": "roles/gpu_smoke/tasks/report.yml",
-    "notebook": "roles/jupyterlab/tasks/verify.yml",
+    "jupyterlab": "roles/jupyterlab/tasks/verify.yml",
     "storage": "roles/object_storage/tasks/verify.yml",
     "serving": "roles/model_serving/tasks/verify.yml",
 }

@@ -176,7 +176,7 @@ def test_fleet_report_environment_section(tmp_path: Path) -> None:
     for sub, doc in {
         "plan": {"host": "h1", "gpu_info": {"gpus": []}, "plan": {"ok": True}},
         "smoke": {"host": "h1", "ok": True, "required": [], "not_passed": [], "layers": []},
-        "notebook": {
+        "jupyterlab": {
             "host": "h1",
             "verdict": "pass",
             "url": "http://127.0.0.1:8888/lab",

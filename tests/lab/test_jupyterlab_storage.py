@@ -27,7 +27,7 @@ from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpa
 REPO = Path(__file__).resolve().parents[2]
 
 Lab = Any  # tests/lab/conftest.py's Lab
-PLAYS = ("playbooks/notebook.yml", "playbooks/storage.yml")
+PLAYS = ("playbooks/jupyterlab.yml", "playbooks/storage.yml")
 HELPER = "/etc/jupyterlab/gpuprov_jupyter.py"
 VENV_PY = "/opt/gpuprov/venv/bin/python"
 RECAP_RE = re.compile(
@@ -149,7 +149,7 @@ def env_converged(
 
 @pytest.fixture(scope="module")
 def second_run(lab: Lab, env_converged: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """notebook.yml + storage.yml once more: must change nothing, and re-verifies both."""
+    """jupyterlab.yml + storage.yml once more: must change nothing, and re-verifies both."""
     proc = lab.ansible_playbook(*PLAYS, "-e", f"gpuprov_report_dir={env_converged}")
     return proc, env_converged
 
@@ -180,7 +180,7 @@ def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
 ) -> None:
     _, reports = second_run
     for host in torch_hosts:
-        raw = (reports / "notebook" / f"{host}.json").read_text()
+        raw = (reports / "jupyterlab" / f"{host}.json").read_text()
         nb = json.loads(raw)
         assert nb["verdict"] == "pass", nb
         assert nb["url"] == "http://127.0.0.1:8888/lab"
