@@ -116,3 +116,49 @@ def test_no_role_task_asks_nvidia_smi_itself() -> None:
     assert _runs_nvidia_smi([{"ansible.builtin.command": {"argv": ["nvidia-smi", "-L"]}}])
     assert _runs_nvidia_smi([{"ansible.builtin.command": "nvidia-smi -L"}])
     assert not _runs_nvidia_smi([{"gpu_info": {"sysfs_root": "/sys"}}])
+
+
+def _tasks(node: Any) -> list[dict[str, Any]]:
+    """Every task mapping of a task list, blocks' tasks included."""
+    found: list[dict[str, Any]] = []
+    for task in node if isinstance(node, list) else []:
+        found.append(task)
+        for key in ("block", "rescue", "always"):
+            found += _tasks(task.get(key))
+    return found
+
+
+def test_a_sources_file_of_the_sources_play_runs_once_per_run() -> None:
+    """playbooks/sources.yml runs each role's sources.yml before any apt command; the role runs
+    it again only when that register is unset (the role alone), through include_tasks, so that
+    the guard is read once and does not silence the file's own message (issue 19: a second
+    read of /etc/apt per run)."""
+    play = _yaml(ROOT / "playbooks" / "sources.yml")
+    included = [
+        (t["ansible.builtin.include_role"]["name"], t["ansible.builtin.include_role"]["tasks_from"])
+        for t in _tasks(play[0]["tasks"])
+        if "ansible.builtin.include_role" in t
+    ]
+    assert [r for r, _ in included] == ["docker", "nvidia_container_toolkit"]
+    for role, tasks_from in included:
+        registers = [
+            t["register"]
+            for t in _tasks(_yaml(ROOT / "roles" / role / "tasks" / tasks_from))
+            if "register" in t
+        ]
+        assert len(registers) == 1, (role, registers)
+        callers = [
+            (path.name, task)
+            for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml"))
+            for task in _tasks(_yaml(path))
+            for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks")
+            if key in task
+            and tasks_from
+            in str(task[key].get("file") if isinstance(task[key], dict) else task[key])
+        ]
+        assert callers, role
+        for where, task in callers:
+            assert "ansible.builtin.include_tasks" in task, (role, where)
+            when = task.get("when")
+            guards = when if isinstance(when, list) else [when]
+            assert f"{registers[0]} is not defined" in guards, (role, where, when)
