@@ -16,9 +16,20 @@ description:
     (assert, set_fact, debug, include_vars, ...) and the number skipped.
   - A task counts as remote unless its action runs on the controller only, it is delegated
     to localhost, or it was skipped.
+  - With O(recap_file) set, it also writes Ansible's recap and these counts, per host, as
+    JSON to that file (the pull wrapper of roles/gpuprov_pull reports a run from it).
 requirements:
   - enable in ansible.cfg (callbacks_enabled)
+options:
+  recap_file:
+    description: Where to write the per-host recap as JSON; unset, nothing is written.
+    type: path
+    env:
+      - name: GPUPROV_RECAP_FILE
 """
+
+import json
+from pathlib import Path
 
 from collections import Counter
 from typing import Any
@@ -95,6 +106,9 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         self._count(result, skipped=True)
 
     def v2_playbook_on_stats(self, stats: Any) -> None:
+        recap_file = self.get_option("recap_file")
+        if recap_file:
+            self._write_recap(Path(recap_file), stats)
         hosts = sorted(set(self.remote) | set(self.local) | set(self.skipped))
         if not hosts:
             return
@@ -104,3 +118,16 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
                 f"{host}: remote={self.remote[host]} controller-only={self.local[host]}"
                 f" skipped={self.skipped[host]}"
             )
+
+    def _write_recap(self, path: Path, stats: Any) -> None:
+        """Ansible's recap (ok, changed, failures, ...) and the module runs, per host."""
+        recap = {
+            host: {
+                **stats.summarize(host),
+                "remote": self.remote[host],
+                "controller_only": self.local[host],
+            }
+            for host in sorted(stats.processed)
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(recap, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -4,6 +4,7 @@ machine): what each task is and how many items it ran are known from the playboo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -67,9 +68,42 @@ def test_counts_per_host(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (tmp_path / "recap.json").exists()
     lines = dict(re.findall(r"^(h[12]): (remote=.*)$", proc.stdout, re.M))
     # h1: command, two loop items; h2: command, the loop skipped whole. Delegated: controller.
     assert lines == {
         "h1": "remote=3 controller-only=3 skipped=1",
         "h2": "remote=1 controller-only=3 skipped=2",
     }, proc.stdout
+
+
+def test_recap_file_holds_the_recap_and_the_counts(tmp_path: Path) -> None:
+    """GPUPROV_RECAP_FILE: the recap as JSON (roles/gpuprov_pull's wrapper reads it), a failed
+    host's failures counted."""
+    book = tmp_path / "count.yml"
+    book.write_text(
+        PLAYBOOK
+        + """    - name: Fails on h2
+      ansible.builtin.command: "false"
+      when: inventory_hostname == 'h2'
+"""
+    )
+    recap = tmp_path / "out" / "recap.json"
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "GPUPROV_RECAP_FILE": str(recap),
+    }
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "h1,h2,", "-c", "local"]
+    proc = subprocess.run(
+        [*argv, str(book)], capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    got = json.loads(recap.read_text())
+    assert sorted(got) == ["h1", "h2"]
+    assert (got["h1"]["failures"], got["h2"]["failures"]) == (0, 1)
+    assert (got["h1"]["remote"], got["h2"]["remote"]) == (3, 2)
+    assert (got["h1"]["skipped"], got["h2"]["skipped"]) == (2, 2)
+    assert got["h2"]["changed"] == 0
