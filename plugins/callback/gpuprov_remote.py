@@ -29,9 +29,8 @@ options:
 """
 
 import json
-from pathlib import Path
-
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase

@@ -193,10 +193,11 @@ def _test() -> str:
 # Lab test modules that must run first in the session, in this order: test_site.py starts
 # with `site.yml --check` on fresh hosts, before any other module provisions them.
 FIRST_MODULES = ("test_site.py",)
-# ... and last: the fault suite breaks and repairs one converged host (after the modules that
+# ... and last: test_pull.py converges the trixie host by itself (its timer disabled after),
+# the fault suite breaks and repairs one converged host (after the modules that
 # need the whole lab converged), then test_lab_ops.py replaces and re-publishes hosts, losing
 # their provisioning.
-LAST_MODULES = ("test_faults.py", "test_lab_ops.py")
+LAST_MODULES = ("test_pull.py", "test_faults.py", "test_lab_ops.py")
 # The collected tests marked `lab` (their ids), and those of them that skipped, as (test id,
 # reason): judged at the end of the session (pytest_sessionfinish). A test's keywords would
 # not do: they hold its directory's name, "lab", too.

@@ -31,6 +31,7 @@ OTHER_HOSTS = (
     "no bookworm host in this lab",  # test_model_serving.py, test_jupyterlab_storage.py
     "no bookworm K40m host in this lab",  # test_model_serving.py
     "needs two GPU nodes",  # test_site.py's unreachable-host test
+    "needs a trixie host",  # test_pull.py
 )
 
 

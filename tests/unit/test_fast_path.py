@@ -32,8 +32,10 @@ FAST_PATH_ROLES = (
     "pytorch",
 )
 # Roles without one, and why: gpuprov_report writes controller reports; validate_inventory
-# changes nothing. (gpu_smoke's probe covers its install phase; its layers run every time.)
-WITHOUT = ("gpuprov_report", "validate_inventory")
+# changes nothing; gpuprov_pull is not in site.yml (playbooks/pull.yml, once per host) and
+# its few tasks are each idempotent. (gpu_smoke's probe covers its install phase; its layers
+# run every time.)
+WITHOUT = ("gpuprov_pull", "gpuprov_report", "validate_inventory")
 SPEC_KEYS = {
     "packages",
     "paths",

@@ -1,0 +1,224 @@
+"""Pull mode on a lab host (issue 23, item 2): playbooks/pull.yml installs the timer, the timer
+fires, ansible-pull converges the host from a git repository, and the run's report arrives in
+the lab's S3 bucket.
+
+Real: systemd and its timer on the host, ansible-pull and ansible-playbook (the controller's
+releases, installed from PyPI on the host), git over HTTP, site.yml over the local connection,
+boto3 against the lab's S3 server (moto, signature-checking). The repository is this checkout's
+HEAD with the lab's inventory committed into it (inventories/pulled/), served as a bare
+repository over git's dumb HTTP from this process, on the lab network's gateway (a fleet serves
+it from its git server). The host is the lab's trixie host: without torch it runs no multi-host
+step (torchrun across hosts needs the controller); the two host lists the controller computes
+from its whole play are given to it in the per-host inventory (gpuprov_pull_host_vars).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from gpuprov_lab.aptrepo import gateway_ip, serve, shutdown
+from gpuprov_lab.s3lab import PKG_DIR, s3_name
+from gpuprov_lab.site import vault_password_file
+from test_jupyterlab_storage import host_run, lab_vault
+
+Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+BRANCH = "pulled"
+STATE = "/var/lib/gpuprov/pull/last-run.json"
+PULL_PY = "/opt/gpuprov/pull/venv/bin/python"
+
+
+@pytest.fixture(scope="module")
+def pull_host(lab: Lab) -> str:
+    trixie = [str(h) for h, hv in lab.hosts.items() if hv.get("lab_release") == "trixie"]
+    if not trixie:
+        pytest.skip("needs a trixie host (a host without torch) for pull mode")
+    return sorted(trixie)[0]
+
+
+def _git(*args: str, cwd: Path) -> str:
+    ident = ["-c", "user.name=gpuprov lab", "-c", "user.email=lab@gpuprov.invalid"]
+    proc = subprocess.run(["git", *ident, *args], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"git {shlex.join(args)}: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def served_repo(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(URL, commit): HEAD of this checkout plus the lab's inventory, as a bare repository."""
+    root = tmp_path_factory.mktemp("pull-repo")
+    work, served = root / "work", root / "served"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(work)], check=True)
+    _git("checkout", "--quiet", "-b", BRANCH, cwd=work)
+    pulled = work / "inventories" / "pulled"
+    (pulled / "group_vars" / "all").mkdir(parents=True)
+    (pulled / "hosts.yml").write_text(lab.inventory.read_text())
+    vault = lab.inventory.parent / "group_vars" / "all" / "vault"
+    (pulled / "group_vars" / "all" / "vault").write_text(vault.read_text())
+    _git("add", "--force", "inventories/pulled", cwd=work)
+    _git("commit", "--quiet", "-m", "the lab's inventory", cwd=work)
+    commit = _git("rev-parse", "HEAD", cwd=work)
+    served.mkdir()
+    subprocess.run(
+        ["git", "clone", "--quiet", "--bare", str(work), str(served / "fleet.git")], check=True
+    )
+    _git("update-server-info", cwd=served / "fleet.git")
+    url = serve(served, gateway_ip(f"{lab.name}-net"))
+    try:
+        yield f"{url}/fleet.git", commit
+    finally:
+        shutdown()
+
+
+def _pull_vars(lab: Lab, host: str, url: str, secrets: dict[str, Any]) -> dict[str, Any]:
+    hv = lab.hosts[host]
+    profile, spec = sorted(hv["lab_s3_profiles"].items())[0]
+    keys = secrets["vault_lab_s3_keys"][profile]
+    bookworm = [h for h, v in lab.hosts.items() if v.get("lab_release", "bookworm") == "bookworm"]
+    return {
+        "gpuprov_pull_repo_url": url,
+        "gpuprov_pull_version": BRANCH,
+        "gpuprov_pull_inventories": ["inventories/pulled/hosts.yml"],
+        # What the controller computes from its whole play (the lab's torch hosts).
+        "gpuprov_pull_host_vars": {"dist_launch_hosts": bookworm, "gpu_smoke_dist_hosts": bookworm},
+        "gpuprov_pull_first_run": "3s",
+        "gpuprov_pull_interval": "1d",
+        "gpuprov_pull_randomized_delay": "0",
+        "gpuprov_pull_vault_password": vault_password_file(lab.name).read_text().strip(),
+        "gpuprov_pull_report_url": f"s3://{spec['bucket']}/pull",
+        "gpuprov_pull_report_endpoint_url": hv["lab_s3_endpoint"],
+        "gpuprov_pull_report_region": spec["region"],
+        "gpuprov_pull_report_access_key": keys["access_key"],
+        "gpuprov_pull_report_secret_key": keys["secret_key"],
+        "gpuprov_pull_pip_index_url": "https://pypi.org/simple",
+    }
+
+
+def _wait_for_run(lab: Lab, host: str, timeout: float = 1500) -> dict[str, Any]:
+    """The report of the run the timer started, once the service is inactive again."""
+    deadline = time.monotonic() + timeout
+    probe = f"test -s {STATE} && ! systemctl is-active --quiet gpuprov-pull.service && cat {STATE}"
+    while time.monotonic() < deadline:
+        proc = host_run(lab, host, probe)
+        if proc.returncode == 0:
+            return dict(json.loads(proc.stdout))
+        time.sleep(10)
+    journal = host_run(lab, host, "journalctl -u gpuprov-pull --no-pager | tail -60").stdout
+    raise AssertionError(f"{host}: no pull run finished in {timeout:.0f}s\n{journal}")
+
+
+# The report's bucket, made on the S3 server itself (a fleet's exists already; on the lab the
+# storage tests make it, and a lab without them has none). Keys come on stdin.
+MAKE_BUCKET = r"""
+import json, sys, boto3
+cfg = json.load(sys.stdin)
+s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:5000", region_name=cfg["region"],
+                  aws_access_key_id=cfg["access_key"], aws_secret_access_key=cfg["secret_key"])
+if cfg["bucket"] not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+    s3.create_bucket(Bucket=cfg["bucket"])
+"""
+
+
+def _make_bucket(lab: Lab, vars_: dict[str, Any]) -> None:
+    cfg = {
+        "bucket": vars_["gpuprov_pull_report_url"].removeprefix("s3://").split("/")[0],
+        "region": vars_["gpuprov_pull_report_region"],
+        "access_key": vars_["gpuprov_pull_report_access_key"],
+        "secret_key": vars_["gpuprov_pull_report_secret_key"],
+    }
+    argv = ["docker", "exec", "-i", "--env", f"PYTHONPATH={PKG_DIR}", s3_name(lab.name)]
+    proc = subprocess.run(
+        [*argv, "python3", "-c", MAKE_BUCKET],
+        input=json.dumps(cfg),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+READ_REPORT = r"""
+import json, sys, boto3
+bucket, key, endpoint, region = sys.argv[1:5]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name=region)
+print(s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode())
+"""
+
+
+def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
+    lab: Lab, pull_host: str, served_repo: tuple[str, str], tmp_path: Path
+) -> None:
+    url, commit = served_repo
+    secrets = lab_vault(lab)
+    vars_ = _pull_vars(lab, pull_host, url, secrets)
+    extra = tmp_path / "pull.yml"
+    # Plain types: the lab's hostvars are Ansible's string subclasses, which safe_dump refuses.
+    extra.write_text(yaml.safe_dump(json.loads(json.dumps(vars_))))
+    extra.chmod(0o600)
+    group = tmp_path / "pull_nodes.yml"
+    group.write_text(yaml.safe_dump({"pull_nodes": {"hosts": {str(pull_host): None}}}))
+    host_run(lab, pull_host, f"rm -f {STATE}")
+    _make_bucket(lab, vars_)
+    started = time.monotonic()
+    proc = lab.ansible_playbook(
+        "playbooks/pull.yml", "-i", str(group), "-l", pull_host, "-e", f"@{extra}"
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for key in ("gpuprov_pull_report_secret_key", "gpuprov_pull_vault_password"):
+        assert vars_[key] not in proc.stdout
+    print(f"\n[test_pull] pull.yml: {time.monotonic() - started:.0f}s")
+
+    # The timer fires by itself (3 s after it started); nothing here starts the service.
+    report = _wait_for_run(lab, pull_host)
+    print(f"[test_pull] the timer's run: {report['seconds']}s, recap {report['recap']}")
+    assert report["verdict"] == "converged", report
+    assert (report["host"], report["rc"], report["commit"]) == (pull_host, 0, commit)
+    assert report["recap"]["failures"] == 0
+    assert report["recap"]["unreachable"] == 0
+    assert report["plan"]["host"] == pull_host, report["plan"]
+    triggered = host_run(lab, pull_host, "systemctl show -P LastTriggerUSec gpuprov-pull.timer")
+    assert triggered.stdout.strip() not in ("", "n/a", "0"), triggered
+
+    # The same report in the lab's S3 bucket, read with the report's keys from the host.
+    bucket = vars_["gpuprov_pull_report_url"].removeprefix("s3://").split("/")[0]
+    argv = [PULL_PY, "-", bucket, f"pull/{pull_host}/latest.json"]
+    argv += [vars_["gpuprov_pull_report_endpoint_url"], vars_["gpuprov_pull_report_region"]]
+    read = host_run(
+        lab,
+        pull_host,
+        f"set -a; . /etc/gpuprov/pull/report.env; set +a; {shlex.join(argv)}",
+        stdin=READ_REPORT,
+    )
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert json.loads(read.stdout) == report
+
+    # Secrets: root-only files, in no report, argv or journal line.
+    modes = host_run(lab, pull_host, "stat -c '%a %U' /etc/gpuprov/pull/report.env "
+                     "/etc/gpuprov/pull/vault-password").stdout.split("\n")  # fmt: skip
+    assert [m for m in modes if m] == ["600 root", "600 root"]
+    journal = host_run(lab, pull_host, "journalctl -u gpuprov-pull --no-pager").stdout
+    for secret in (vars_["gpuprov_pull_vault_password"], vars_["gpuprov_pull_report_secret_key"]):
+        assert secret not in journal
+        assert secret not in read.stdout
+
+
+def test_a_run_while_one_holds_the_lock_does_nothing(lab: Lab, pull_host: str) -> None:
+    """Started while another run holds the lock: says so and exits 0 at once (no second pull)."""
+    before = host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip()
+    hold = "setsid -f flock /run/lock/gpuprov-pull.lock sleep 60 </dev/null >/dev/null 2>&1"
+    held = host_run(lab, pull_host, f"{hold}; sleep 1; systemctl start gpuprov-pull.service")
+    assert held.returncode == 0, held.stderr
+    journal = host_run(lab, pull_host, "journalctl -u gpuprov-pull --no-pager -n 5").stdout
+    assert "another run holds /run/lock/gpuprov-pull.lock" in journal, journal
+    assert host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip() == before
+    host_run(lab, pull_host, "pkill -f 'flock /run/lock/gpuprov-pull.lock' || true")
+    host_run(lab, pull_host, "systemctl disable --now gpuprov-pull.timer")

@@ -1,0 +1,212 @@
+"""roles/gpuprov_pull/files/gpuprov_pull_run.py, the pull wrapper, run for real against a
+stand-in ansible-pull (a script in a temporary venv that records its argv and environment and
+writes the recap the gpuprov_remote callback would): the lock, the command line, the secrets
+kept from the playbook, the verdict and the report. The S3 upload and the real ansible-pull run
+on a lab host (tests/lab/test_pull.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gpuprov_pull_run as pull
+import pytest
+
+SCRIPT = Path(pull.__file__)
+
+FAKE_PULL = """#!{python}
+import json, os, sys
+from pathlib import Path
+out = Path(os.environ["FAKE_OUT"])
+out.write_text(json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}}))
+recap = {{"h1": {{"ok": 5, "changed": 1, "failures": {failures}, "unreachable": 0,
+                 "skipped": 2, "rescued": 0, "ignored": 0, "remote": 4, "controller_only": 1}}}}
+Path(os.environ["GPUPROV_RECAP_FILE"]).write_text(json.dumps(recap))
+checkout = Path(sys.argv[sys.argv.index("--directory") + 1])
+(checkout / "reports" / "plan").mkdir(parents=True, exist_ok=True)
+plan = {{"host": "h1", "plan": {{"ok": True}}}}
+(checkout / "reports" / "plan" / "h1.json").write_text(json.dumps(plan))
+sys.exit({rc})
+"""
+
+
+def make_config(tmp_path: Path, *, rc: int = 0, failures: int = 0, **extra: Any) -> Path:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    fake = venv / "bin" / "ansible-pull"
+    fake.write_text(FAKE_PULL.format(python=sys.executable, rc=rc, failures=failures))
+    fake.chmod(0o755)
+    config = {
+        "host": "h1",
+        "repo_url": "https://git.example/fleet.git",
+        "version": "main",
+        "playbook": "playbooks/site.yml",
+        "inventories": ["inventories/fleet"],
+        "host_inventory": "../host-inventory.yml",
+        "checkout": str(tmp_path / "checkout"),
+        "venv": str(venv),
+        "vault_password_file": "/etc/gpuprov/pull/vault-password",
+        "lock": str(tmp_path / "run" / "pull.lock"),
+        "state_dir": str(tmp_path / "state"),
+        "report": None,
+        **extra,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+BASE = {k: "x" for k in ("host", "repo_url", "version", "playbook", "checkout", "venv", "lock")}
+
+
+def run_script(config: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The wrapper as systemd starts it: a separate Python process, the config as argument."""
+    environ = {**os.environ, "FAKE_OUT": str(tmp_path / "fake.json"), **env}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(config)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_run_pulls_with_the_configured_sources_and_keeps_the_secrets_out(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    keys = {"AWS_ACCESS_KEY_ID": "AKIA-SECRET", "AWS_SECRET_ACCESS_KEY": "not-a-real-one"}
+    proc = run_script(config, tmp_path, **keys)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads((tmp_path / "fake.json").read_text())
+    argv = seen["argv"]
+    assert argv[argv.index("--url") + 1] == "https://git.example/fleet.git"
+    assert argv[argv.index("--checkout") + 1] == "main"
+    assert argv[argv.index("--limit") + 1] == "h1"
+    inventories = [argv[i + 1] for i, a in enumerate(argv) if a == "--inventory"]
+    assert inventories == ["inventories/fleet", "../host-inventory.yml"]
+    assert argv[argv.index("--vault-password-file") + 1] == "/etc/gpuprov/pull/vault-password"
+    assert argv[-1] == "playbooks/site.yml"
+    assert "--clean" in argv
+    assert seen["cwd"] == "/"  # the relative inventories do not exist for the checkout step
+    assert "--full" in argv  # no shallow clone: dumb HTTP (tests/lab/test_pull.py) has none
+    assert "AWS_ACCESS_KEY_ID" not in seen["env"]
+    assert "AWS_SECRET_ACCESS_KEY" not in seen["env"]
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "checkout")
+    assert "AKIA-SECRET" not in proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "state" / "last-run.json").read_text())
+    assert report["verdict"] == "converged"
+    assert report["recap"]["changed"] == 1
+    assert report["plan"] == {"host": "h1", "plan": {"ok": True}}
+    assert (report["host"], report["rc"], report["version"]) == ("h1", 0, "main")
+    assert report["commit"] is None  # the stand-in checkout is no git repository
+
+
+def test_a_failed_run_is_reported_failed_with_its_exit_code(tmp_path: Path) -> None:
+    proc = run_script(make_config(tmp_path, rc=2, failures=1), tmp_path)
+    assert proc.returncode == 2
+    report = json.loads((tmp_path / "state" / "last-run.json").read_text())
+    assert (report["verdict"], report["rc"], report["recap"]["failures"]) == ("failed", 2, 1)
+
+
+def test_a_run_while_another_holds_the_lock_stops_without_pulling(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    lock = tmp_path / "run" / "pull.lock"
+    lock.parent.mkdir(parents=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = run_script(config, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "another run holds" in proc.stdout
+    assert not (tmp_path / "fake.json").exists()
+    assert run_script(config, tmp_path).returncode == 0  # released: the next run pulls
+    assert (tmp_path / "fake.json").exists()
+
+
+def test_no_vault_file_and_no_inventories_give_no_options(tmp_path: Path) -> None:
+    config = json.loads(make_config(tmp_path).read_text())
+    config.update(vault_password_file="", inventories=[], host_inventory="")
+    argv = pull.pull_argv(config)
+    assert "--vault-password-file" not in argv
+    assert "--inventory" not in argv
+
+
+@pytest.mark.parametrize(
+    ("rc", "recap", "expected"),
+    [
+        (0, {"failures": 0, "unreachable": 0}, "converged"),
+        (0, {"failures": 1, "unreachable": 0}, "failed"),
+        (0, {"failures": 0, "unreachable": 1}, "failed"),
+        (2, {"failures": 0, "unreachable": 0}, "failed"),
+        (0, None, "failed"),  # no recap: the playbook never ran (a checkout that failed)
+    ],
+)
+def test_verdict(rc: int, recap: dict[str, int] | None, expected: str) -> None:
+    assert pull.verdict(rc, recap) == expected
+
+
+def test_s3_url_and_keys() -> None:
+    assert pull.split_s3_url("s3://bucket/pull/fleet/") == ("bucket", "pull/fleet")
+    assert pull.split_s3_url("s3://bucket") == ("bucket", "")
+    report = {"host": "h1", "finished": "2026-12-03T10:00:00Z"}
+    assert pull.report_keys("pull", report) == [
+        "pull/h1/latest.json",
+        "pull/h1/2026-12-03T10:00:00Z.json",
+    ]
+    assert pull.report_keys("", report)[0] == "h1/latest.json"
+    for bad in ("https://bucket/x", "s3://", "s3:///x"):
+        with pytest.raises(ValueError, match="gpuprov_pull_report_url"):
+            pull.split_s3_url(bad)
+
+
+def test_an_upload_that_fails_names_the_url_and_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The upload itself (boto3 against the lab's S3) is tested on the lab; here it raises."""
+    target = {"url": "s3://bucket/pull", "endpoint_url": "http://s3.lab:5000", "region": "x"}
+    config = json.loads(make_config(tmp_path, report=target).read_text())
+
+    def refused(report: Any, where: Any) -> None:
+        assert where == target
+        assert report["host"] == "h1"
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(pull, "upload", refused)
+    environ = {**os.environ, "FAKE_OUT": str(tmp_path / "fake.json")}
+    assert pull.run(config, environ) == 1
+    err = capsys.readouterr().err
+    assert "s3://bucket/pull" in err
+    assert "http://s3.lab:5000" in err
+    assert "gpuprov_pull_report_url" in err
+    assert "connection refused" in err
+    assert (tmp_path / "state" / "last-run.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        ("{", "Expecting"),
+        (json.dumps({"host": "h1"}), "no repo_url"),
+        (json.dumps({**BASE, "inventories": ["/srv/fleet/hosts.yml"]}), "/srv/fleet/hosts.yml"),
+    ],
+)
+def test_a_bad_config_exits_2_naming_it(tmp_path: Path, content: str, named: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    proc = run_script(path, tmp_path)
+    assert proc.returncode == 2
+    assert named in proc.stderr
+    assert str(path) in proc.stderr
+
+
+def test_usage() -> None:
+    assert pull.main([]) == 2
+
+
+def test_the_unit_runs_the_script_with_the_venvs_python() -> None:
+    """The script has no shebang: the unit names the pull venv's Python (boto3 is there)."""
+    unit = (SCRIPT.parents[1] / "templates" / "gpuprov-pull.service.j2").read_text()
+    assert "ExecStart={{ _gpuprov_pull_venv }}/bin/python {{ _gpuprov_pull_script }}" in unit
