@@ -28,6 +28,7 @@ from gpuprov_lab.aptrepo import gateway_ip, serve, shutdown
 from gpuprov_lab.s3lab import PKG_DIR, s3_name
 from gpuprov_lab.site import vault_password_file
 from test_jupyterlab_storage import host_run, lab_vault
+from test_site import parse_recap
 
 Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
 
@@ -201,9 +202,16 @@ def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
     assert read.returncode == 0, read.stderr[-2000:]
     assert json.loads(read.stdout) == report
 
+    # pull.yml again, now that the host pulled: nothing to change.
+    again = lab.ansible_playbook(
+        "playbooks/pull.yml", "-i", str(group), "-l", pull_host, "-e", f"@{extra}"
+    )
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert parse_recap(again.stdout)[pull_host]["changed"] == 0, again.stdout[-4000:]
+
     # Secrets: root-only files, in no report, argv or journal line.
-    modes = host_run(lab, pull_host, "stat -c '%a %U' /etc/gpuprov/pull/report.env "
-                     "/etc/gpuprov/pull/vault-password").stdout.split("\n")  # fmt: skip
+    files = "/etc/gpuprov/pull/report.env /etc/gpuprov/pull/vault-password"
+    modes = host_run(lab, pull_host, f"stat -c '%a %U' {files}").stdout.splitlines()
     assert [m for m in modes if m] == ["600 root", "600 root"]
     journal = host_run(lab, pull_host, "journalctl -u gpuprov-pull --no-pager").stdout
     for secret in (vars_["gpuprov_pull_vault_password"], vars_["gpuprov_pull_report_secret_key"]):
