@@ -35,6 +35,7 @@ Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
 REPO = Path(__file__).resolve().parents[2]
 BRANCH = "pulled"
 STATE = "/var/lib/gpuprov/pull/last-run.json"
+LOCK = "/var/lib/gpuprov/pull/lock"
 PULL_PY = "/opt/gpuprov/pull/venv/bin/python"
 
 
@@ -169,10 +170,19 @@ def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
     group.write_text(yaml.safe_dump({"pull_nodes": {"hosts": {str(pull_host): None}}}))
     host_run(lab, pull_host, f"rm -f {STATE}")
     _make_bucket(lab, vars_)
-    started = time.monotonic()
-    proc = lab.ansible_playbook(
-        "playbooks/pull.yml", "-i", str(group), "-l", pull_host, "-e", f"@{extra}"
+    base = ("playbooks/pull.yml", "-i", str(group), "-l", pull_host, "-e", f"@{extra}")
+    # A password in the repository URL is refused before any change, and not repeated.
+    leaky = lab.ansible_playbook(
+        *base, "-e", "gpuprov_pull_repo_url=https://u:hunter2@git.invalid/x"
     )
+    assert leaky.returncode != 0
+    assert "gpuprov_pull_repo_url (required" in leaky.stdout, leaky.stdout[-3000:]
+    assert "hunter2" not in leaky.stdout
+    # --check first (the host has no venv or unit yet, or the previous test session's).
+    check = lab.ansible_playbook(*base, "--check")
+    assert check.returncode == 0, check.stdout[-4000:]
+    started = time.monotonic()
+    proc = lab.ansible_playbook(*base)
     assert proc.returncode == 0, proc.stdout[-4000:]
     for key in ("gpuprov_pull_report_secret_key", "gpuprov_pull_vault_password"):
         assert vars_[key] not in proc.stdout
@@ -203,9 +213,7 @@ def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
     assert json.loads(read.stdout) == report
 
     # pull.yml again, now that the host pulled: nothing to change.
-    again = lab.ansible_playbook(
-        "playbooks/pull.yml", "-i", str(group), "-l", pull_host, "-e", f"@{extra}"
-    )
+    again = lab.ansible_playbook(*base)
     assert again.returncode == 0, again.stdout[-4000:]
     assert parse_recap(again.stdout)[pull_host]["changed"] == 0, again.stdout[-4000:]
 
@@ -222,11 +230,12 @@ def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
 def test_a_run_while_one_holds_the_lock_does_nothing(lab: Lab, pull_host: str) -> None:
     """Started while another run holds the lock: says so and exits 0 at once (no second pull)."""
     before = host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip()
-    hold = "setsid -f flock /run/lock/gpuprov-pull.lock sleep 60 </dev/null >/dev/null 2>&1"
+    hold = f"setsid -f flock {LOCK} sleep 60 </dev/null >/dev/null 2>&1"
     held = host_run(lab, pull_host, f"{hold}; sleep 1; systemctl start gpuprov-pull.service")
     assert held.returncode == 0, held.stderr
     journal = host_run(lab, pull_host, "journalctl -u gpuprov-pull --no-pager -n 5").stdout
-    assert "another run holds /run/lock/gpuprov-pull.lock" in journal, journal
+    assert f"another run holds {LOCK}" in journal, journal
     assert host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip() == before
-    host_run(lab, pull_host, "pkill -f 'flock /run/lock/gpuprov-pull.lock' || true")
+    assert host_run(lab, pull_host, f"stat -c '%a %U' {LOCK}").stdout.strip() == "600 root"
+    host_run(lab, pull_host, f"pkill -f 'flock {LOCK}' || true")
     host_run(lab, pull_host, "systemctl disable --now gpuprov-pull.timer")

@@ -26,11 +26,13 @@ out = Path(os.environ["FAKE_OUT"])
 out.write_text(json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}}))
 recap = {{"h1": {{"ok": 5, "changed": 1, "failures": {failures}, "unreachable": 0,
                  "skipped": 2, "rescued": 0, "ignored": 0, "remote": 4, "controller_only": 1}}}}
-Path(os.environ["GPUPROV_RECAP_FILE"]).write_text(json.dumps(recap))
+if not os.environ.get("FAKE_NO_RECAP"):  # a repository whose ansible.cfg lacks the callback
+    Path(os.environ["GPUPROV_RECAP_FILE"]).write_text(json.dumps(recap))
 checkout = Path(sys.argv[sys.argv.index("--directory") + 1])
 (checkout / "reports" / "plan").mkdir(parents=True, exist_ok=True)
 plan = {{"host": "h1", "plan": {{"ok": True}}}}
-(checkout / "reports" / "plan" / "h1.json").write_text(json.dumps(plan))
+if not os.environ.get("FAKE_NO_PLAN"):  # a run that stopped before plan.yml
+    (checkout / "reports" / "plan" / "h1.json").write_text(json.dumps(plan))
 sys.exit({rc})
 """
 
@@ -110,6 +112,29 @@ def test_a_failed_run_is_reported_failed_with_its_exit_code(tmp_path: Path) -> N
     assert proc.returncode == 2
     report = json.loads((tmp_path / "state" / "last-run.json").read_text())
     assert (report["verdict"], report["rc"], report["recap"]["failures"]) == ("failed", 2, 1)
+
+
+def test_exit_0_without_a_recap_is_a_failed_run(tmp_path: Path) -> None:
+    """ansible-pull exited 0 but no recap came (the callback is not enabled): the unit fails."""
+    proc = run_script(make_config(tmp_path), tmp_path, FAKE_NO_RECAP="1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "state" / "last-run.json").read_text())
+    assert (report["verdict"], report["rc"], report["recap"]) == ("failed", 0, None)
+
+
+def test_the_plan_of_an_earlier_run_is_not_reported(tmp_path: Path) -> None:
+    stale = tmp_path / "checkout" / "reports" / "plan" / "h1.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"host": "h1", "plan": {"ok": False, "old": True}}))
+    run_script(make_config(tmp_path), tmp_path, FAKE_NO_PLAN="1")
+    report = json.loads((tmp_path / "state" / "last-run.json").read_text())
+    assert report["plan"] is None
+
+
+def test_the_lock_file_is_root_only(tmp_path: Path) -> None:
+    """0600: another user could flock a file it can open, even read-only, and hold pulls off."""
+    assert run_script(make_config(tmp_path), tmp_path).returncode == 0
+    assert (tmp_path / "run" / "pull.lock").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_run_while_another_holds_the_lock_stops_without_pulling(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@
 Started by gpuprov-pull.service (its timer, or `systemctl start gpuprov-pull`) as
 ``<venv>/bin/python gpuprov_pull_run.py <config.json>``. The steps:
 
-1. The lock (``flock`` on config["lock"]): a second run while one holds it says so and
-   stops with 0, so two runs never overlap (systemd already never starts the unit twice; the
-   lock covers a run started by hand beside it).
+1. The lock (``flock`` on config["lock"], a root-only file, mode 0600, in the root-owned
+   state directory: no other user can open it, so none can hold pull mode off): a second run
+   while one holds it says so and stops with 0, so two runs never overlap (systemd already
+   never starts the unit twice; the lock covers a run started by hand beside it).
 2. ``ansible-pull`` from the repository (URL, version), the inventories inside the checkout
    and the role's per-host file, limited to this host, with the vault password file when one
    was given. Its output goes to the journal. The gpuprov_remote callback (enabled in the
@@ -26,8 +27,10 @@ Started by gpuprov-pull.service (its timer, or `systemctl start gpuprov-pull`) a
    come only from the environment (systemd's EnvironmentFile, mode 0600) and are taken out
    of the environment of ansible-pull.
 
-Exit status: ansible-pull's; 1 when the report could not be uploaded (naming the URL and
-gpuprov_pull_report_url); 2 for a config file that cannot be read.
+Exit status: ansible-pull's, and 1 when it exited 0 but the verdict is "failed" (no recap:
+the repository's ansible.cfg must enable the gpuprov_remote callback); 1 when the report could
+not be uploaded (naming the URL and gpuprov_pull_report_url); 2 for a config file that cannot
+be read.
 """
 
 from __future__ import annotations
@@ -78,8 +81,9 @@ def load_config(path: Path) -> dict[str, Any]:
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[bool]:
     """Hold an exclusive flock on `path` for the block; yields False when another holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "r+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -211,11 +215,15 @@ def run(config: Mapping[str, Any], environ: Mapping[str, str]) -> int:
             started = time.time()
             argv = pull_argv(config)
             print(f"gpuprov-pull: {' '.join(argv)}", flush=True)
+            # The plan this run writes, not the last one (reports/ is git-ignored: --clean
+            # keeps it).
+            plan = Path(config["checkout"]) / "reports" / "plan" / f"{config['host']}.json"
+            plan.unlink(missing_ok=True)
             env = pull_env(environ, config, recap_path)
             rc = subprocess.run(argv, env=env, cwd="/", check=False).returncode
             finished = time.time()
             report = build_report(config, rc, started, finished, read_json(recap_path))
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         (state_dir / "last-run.json").write_text(json.dumps(report, indent=1, sort_keys=True))
         print(f"gpuprov-pull: {report['verdict']} (rc={report['rc']}, recap {report['recap']})")
         target = config.get("report")
@@ -231,7 +239,7 @@ def run(config: Mapping[str, Any], environ: Mapping[str, str]) -> int:
                 )
                 return rc or 1
             print(f"gpuprov-pull: report at {target['url']}/{report['host']}/latest.json")
-        return rc
+        return rc or (0 if report["verdict"] == "converged" else 1)
 
 
 def main(argv: list[str] | None = None) -> int:
