@@ -238,4 +238,26 @@ def test_a_run_while_one_holds_the_lock_does_nothing(lab: Lab, pull_host: str) -
     assert host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip() == before
     assert host_run(lab, pull_host, f"stat -c '%a %U' {LOCK}").stdout.strip() == "600 root"
     host_run(lab, pull_host, f"pkill -f 'flock {LOCK}' || true")
-    host_run(lab, pull_host, "systemctl disable --now gpuprov-pull.timer")
+
+
+def test_a_bad_schedule_is_refused_and_disabling_stops_the_timer_and_removes_secrets(
+    lab: Lab, pull_host: str, tmp_path: Path
+) -> None:
+    """The settings without a vault password or a report, the timer off: the root-only files
+    the settings no longer name go, the timer stops; a bad time span stops in preflight."""
+    group = tmp_path / "pull_nodes.yml"
+    group.write_text(yaml.safe_dump({"pull_nodes": {"hosts": {pull_host: None}}}))
+    base = ("playbooks/pull.yml", "-i", str(group), "-l", pull_host)
+    base += ("-e", "gpuprov_pull_repo_url=https://git.invalid/fleet.git")
+    bad = lab.ansible_playbook(*base, "-e", "gpuprov_pull_interval=soon")
+    assert bad.returncode != 0
+    assert 'gpuprov_pull_interval="soon" on ' in bad.stdout, bad.stdout[-3000:]
+    off = lab.ansible_playbook(*base, "-e", "gpuprov_pull_enabled=false")
+    assert off.returncode == 0, off.stdout[-4000:]
+    state = host_run(lab, pull_host, "systemctl is-enabled gpuprov-pull.timer; "
+                     "systemctl is-active gpuprov-pull.timer").stdout.split()  # fmt: skip
+    assert state == ["disabled", "inactive"], state
+    for gone in ("/etc/gpuprov/pull/report.env", "/etc/gpuprov/pull/vault-password"):
+        assert host_run(lab, pull_host, f"test -e {gone}").returncode == 1, gone
+    unit = host_run(lab, pull_host, "cat /etc/systemd/system/gpuprov-pull.service").stdout
+    assert "EnvironmentFile" not in unit

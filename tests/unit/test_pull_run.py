@@ -235,3 +235,33 @@ def test_the_unit_runs_the_script_with_the_venvs_python() -> None:
     """The script has no shebang: the unit names the pull venv's Python (boto3 is there)."""
     unit = (SCRIPT.parents[1] / "templates" / "gpuprov-pull.service.j2").read_text()
     assert "ExecStart={{ _gpuprov_pull_venv }}/bin/python {{ _gpuprov_pull_script }}" in unit
+
+
+@pytest.mark.parametrize(
+    ("span", "ok"),
+    [
+        ("15min", True),
+        ("1h", True),
+        ("1h 30min", True),
+        ("90", True),
+        ("0", True),
+        ("2.5s", True),
+        ("1d", True),
+        ("1h30min", True),
+        ("1" * 40 + "x", False),  # one way to split a run of digits: no backtracking blow-up
+        ("", False),
+        ("soon", False),
+        ("1 fortnight", False),
+        ("-5min", False),
+        ("infinity", False),  # only gpuprov_pull_timeout takes it (the assert says so)
+    ],
+)
+def test_the_preflight_time_span_rule(span: str, ok: bool) -> None:
+    """The rule roles/gpuprov_pull/tasks/preflight.yml applies to the schedule (Ansible's
+    `match` is re.match), against spans systemd.time(7) accepts and refuses."""
+    import re
+
+    import yaml
+
+    vars_ = yaml.safe_load((SCRIPT.parents[1] / "vars" / "main.yml").read_text())
+    assert bool(re.match(vars_["_gpuprov_pull_timespan_re"], span)) is ok
