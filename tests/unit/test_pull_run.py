@@ -265,3 +265,23 @@ def test_the_preflight_time_span_rule(span: str, ok: bool) -> None:
 
     vars_ = yaml.safe_load((SCRIPT.parents[1] / "vars" / "main.yml").read_text())
     assert bool(re.match(vars_["_gpuprov_pull_timespan_re"], span)) is ok
+
+
+def test_every_private_variable_the_role_reads_is_defined() -> None:
+    """Each _gpuprov_pull_* name in the role's tasks, templates and handlers is set in its
+    vars/ (a lost definition fails only on a host otherwise: it happened once)."""
+    import re
+
+    import yaml
+
+    role = SCRIPT.parents[1]
+    defined: set[str] = set()
+    for path in (role / "vars").glob("*.yml"):
+        defined |= set(yaml.safe_load(path.read_text()) or {})
+    used: set[str] = set()
+    for path in [*role.glob("tasks/*.yml"), *role.glob("templates/*"), *role.glob("handlers/*")]:
+        used |= set(re.findall(r"(?<![\w])_gpuprov_pull_\w+", path.read_text()))
+    for path in (role / "vars").glob("*.yml"):
+        used |= set(re.findall(r"(?<![\w])_gpuprov_pull_\w+", path.read_text()))
+    assert used, "the scan found nothing"
+    assert sorted(used - defined) == []
