@@ -252,6 +252,7 @@ def test_a_bad_schedule_is_refused_and_disabling_stops_the_timer_and_removes_sec
     bad = lab.ansible_playbook(*base, "-e", "gpuprov_pull_interval=soon")
     assert bad.returncode != 0
     assert 'gpuprov_pull_interval="soon" on ' in bad.stdout, bad.stdout[-3000:]
+    # As typed on a command line: the string "false" (a conditional on it failed before).
     off = lab.ansible_playbook(*base, "-e", "gpuprov_pull_enabled=false")
     assert off.returncode == 0, off.stdout[-4000:]
     state = host_run(lab, pull_host, "systemctl is-enabled gpuprov-pull.timer; "
