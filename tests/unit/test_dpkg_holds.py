@@ -13,6 +13,7 @@ from typing import Any
 import dpkg_holds  # plugins/modules/dpkg_holds.py (pytest's pythonpath)
 import pytest
 from module_run import run_module
+from task_walk import all_tasks
 
 MODULE = Path(dpkg_holds.__file__)
 STANZA = """Package: {name}
@@ -109,16 +110,6 @@ PACKAGE_MODULES = (
 )
 
 
-def _tasks(node: Any) -> Any:
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ("block", "rescue", "always"):
-            yield from _tasks(node.get(key))
-
-
 def test_no_role_loops_a_package_task() -> None:
     """issue 19: a package task over a loop is a module run per item; every package module
     takes a list (and dpkg_holds replaced the looped dpkg_selections)."""
@@ -128,7 +119,7 @@ def test_no_role_loops_a_package_task() -> None:
     looped = [
         f"{path.relative_to(roles)}: {task.get('name')}"
         for path in sorted(roles.glob("*/tasks/*.yml"))
-        for task in _tasks(yaml.safe_load(path.read_text()))
+        for task in all_tasks(yaml.safe_load(path.read_text()))
         if any(m in task for m in PACKAGE_MODULES)
         and any(k in task for k in ("loop", "with_items", "with_list"))
     ]

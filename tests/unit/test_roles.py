@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from task_walk import all_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
@@ -118,16 +119,6 @@ def test_no_role_task_asks_nvidia_smi_itself() -> None:
     assert not _runs_nvidia_smi([{"gpu_info": {"sysfs_root": "/sys"}}])
 
 
-def _tasks(node: Any) -> list[dict[str, Any]]:
-    """Every task mapping of a task list, blocks' tasks included."""
-    found: list[dict[str, Any]] = []
-    for task in node if isinstance(node, list) else []:
-        found.append(task)
-        for key in ("block", "rescue", "always"):
-            found += _tasks(task.get(key))
-    return found
-
-
 def test_a_sources_file_of_the_sources_play_runs_once_per_run() -> None:
     """playbooks/sources.yml runs each role's sources.yml before any apt command; the role runs
     it again only when that register is unset (the role alone), through include_tasks, so that
@@ -136,21 +127,21 @@ def test_a_sources_file_of_the_sources_play_runs_once_per_run() -> None:
     play = _yaml(ROOT / "playbooks" / "sources.yml")
     included = [
         (t["ansible.builtin.include_role"]["name"], t["ansible.builtin.include_role"]["tasks_from"])
-        for t in _tasks(play[0]["tasks"])
+        for t in all_tasks(play)
         if "ansible.builtin.include_role" in t
     ]
     assert [r for r, _ in included] == ["docker", "nvidia_container_toolkit"]
     for role, tasks_from in included:
         registers = [
             t["register"]
-            for t in _tasks(_yaml(ROOT / "roles" / role / "tasks" / tasks_from))
+            for t in all_tasks(_yaml(ROOT / "roles" / role / "tasks" / tasks_from))
             if "register" in t
         ]
         assert len(registers) == 1, (role, registers)
         callers = [
             (path.name, task)
             for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml"))
-            for task in _tasks(_yaml(path))
+            for task in all_tasks(_yaml(path))
             for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks")
             if key in task
             and tasks_from

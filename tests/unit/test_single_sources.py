@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import yaml
+from task_walk import all_tasks
 
 import compat
 
@@ -102,21 +103,11 @@ def test_no_role_defaults_gpuprov_report_dir_itself() -> None:
     assert offenders == []
 
 
-def _tasks(doc: object) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    for item in doc if isinstance(doc, list) else []:
-        if isinstance(item, dict):
-            out.append(item)
-            for key in ("tasks", "block", "rescue", "always", "pre_tasks", "post_tasks"):
-                out += _tasks(item.get(key))
-    return out
-
-
 def test_every_host_report_is_written_through_gpuprov_report() -> None:
     for kind, rel in REPORT_WRITERS.items():
         writes = [
             t
-            for t in _tasks(yaml.safe_load((ROOT / rel).read_text()))
+            for t in all_tasks(yaml.safe_load((ROOT / rel).read_text()))
             if t.get("ansible.builtin.include_role") == WRITE_CALL
             and (t.get("vars") or {}).get("gpuprov_report_kind") == kind  # type: ignore[union-attr]
         ]
