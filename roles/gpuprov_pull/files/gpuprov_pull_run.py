@@ -56,6 +56,16 @@ class ConfigError(Exception):
     """The config file is missing a key or cannot be read."""
 
 
+def inventories(config: Mapping[str, Any]) -> list[str]:
+    """The inventories ansible-pull reads, in order: the repository's, then the per-host file."""
+    return [str(i) for i in [*config.get("inventories", []), config.get("host_inventory", "")] if i]
+
+
+def plan_path(config: Mapping[str, Any]) -> Path:
+    """The host's plan that plan.yml writes in the checkout (reports/ is git-ignored)."""
+    return Path(config["checkout"]) / "reports" / "plan" / f"{config['host']}.json"
+
+
 def load_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -68,11 +78,10 @@ def load_config(path: Path) -> dict[str, Any]:
     ]
     if missing:
         raise ConfigError(f"{path}: no {', '.join(missing)} (the gpuprov_pull role writes it)")
-    absolute = [i for i in [*config.get("inventories", []), config.get("host_inventory", "")]
-                if str(i).startswith("/")]  # fmt: skip
+    absolute = [i for i in inventories(config) if i.startswith("/")]
     if absolute:
         raise ConfigError(
-            f"{path}: inventories {', '.join(map(str, absolute))} are absolute: ansible-pull's"
+            f"{path}: inventories {', '.join(absolute)} are absolute: ansible-pull's"
             " checkout step would read them (relative to the checkout: gpuprov_pull_inventories)"
         )
     return dict(config)
@@ -106,9 +115,8 @@ def pull_argv(config: Mapping[str, Any]) -> list[str]:
         "--full",  # a whole clone: git's dumb HTTP (a bucket, a plain web server) has no depth
         "--limit", str(config["host"]),
     ]  # fmt: skip
-    for inventory in [*config.get("inventories", []), config.get("host_inventory", "")]:
-        if inventory:
-            argv += ["--inventory", str(inventory)]
+    for inventory in inventories(config):
+        argv += ["--inventory", inventory]
     if config.get("vault_password_file"):
         argv += ["--vault-password-file", str(config["vault_password_file"])]
     return [*argv, str(config["playbook"])]
@@ -172,7 +180,7 @@ def build_report(
         "version": config["version"],
         "commit": checkout_commit(checkout),
         "playbook": config["playbook"],
-        "plan": read_json(checkout / "reports" / "plan" / f"{host}.json"),
+        "plan": read_json(plan_path(config)),
     }
 
 
@@ -215,10 +223,8 @@ def run(config: Mapping[str, Any], environ: Mapping[str, str]) -> int:
             started = time.time()
             argv = pull_argv(config)
             print(f"gpuprov-pull: {' '.join(argv)}", flush=True)
-            # The plan this run writes, not the last one (reports/ is git-ignored: --clean
-            # keeps it).
-            plan = Path(config["checkout"]) / "reports" / "plan" / f"{config['host']}.json"
-            plan.unlink(missing_ok=True)
+            # The plan this run writes, not the last one (--clean keeps git-ignored files).
+            plan_path(config).unlink(missing_ok=True)
             env = pull_env(environ, config, recap_path)
             rc = subprocess.run(argv, env=env, cwd="/", check=False).returncode
             finished = time.time()
