@@ -230,12 +230,17 @@ def build_packages(out_dir: Path, work: Path, version: str) -> list[Path]:
     ]
 
 
-def _release(dist: Path, date: float | None = None) -> str:
+def _release(
+    dist: Path,
+    date: float | None = None,
+    origin: str = "gpuprov-lab",
+    label: str = "gpuprov lab stand-in for libnvidia-container",
+) -> str:
     """The Release file of a flat repository in ``dist``, dated ``date`` (default: now)."""
     files = [dist / "Packages", dist / "Packages.gz"]
     lines = [
-        "Origin: gpuprov-lab",
-        "Label: gpuprov lab stand-in for libnvidia-container",
+        f"Origin: {origin}",
+        f"Label: {label}",
         f"Date: {formatdate(date, usegmt=True)}",
         "Acquire-By-Hash: no",
     ]
@@ -286,14 +291,21 @@ def build_signed_repo(
 SIGNING_KEY_FILE = "signing-key.asc"
 
 
-def sign(repo_dir: Path, dist: Path, keep_key: bool = False) -> str:
+def sign(
+    repo_dir: Path,
+    dist: Path,
+    keep_key: bool = False,
+    secret: Path | None = None,
+    uid: str = KEY_UID,
+) -> str:
     """Sign ``dist/Release`` (InRelease, Release.gpg); returns the ASCII-armored public key.
 
     By default with a NEW throwaway key, published as ``repo_dir/gpgkey`` (its secret half in
     ``repo_dir.parent/SIGNING_KEY_FILE``): called again on a built repository it rotates the key at
     the same URL (the fault suite's rotated-key case). With ``keep_key`` the saved key signs
-    again and nothing is published (redate)."""
-    secret = repo_dir.parent / SIGNING_KEY_FILE
+    again and nothing is published (redate). ``secret`` (default: beside ``repo_dir``) and
+    ``uid`` serve the offline bundle (scripts/bundle.py), whose key lives outside what it serves."""
+    secret = secret or repo_dir.parent / SIGNING_KEY_FILE
     # A short GNUPGHOME: gpg-agent's socket path must stay under ~100 characters.
     gnupghome = Path(tempfile.mkdtemp(prefix="gpuprov-gpg."))
     env = dict(os.environ, GNUPGHOME=str(gnupghome), LC_ALL="C")
@@ -302,10 +314,10 @@ def sign(repo_dir: Path, dist: Path, keep_key: bool = False) -> str:
         if keep_key:
             _run([*gpg, "--import", secret], env=env)
         else:
-            _run([*gpg, "--quick-gen-key", KEY_UID, "ed25519", "sign", "never"], env=env)
-            secret.write_text(_run([*gpg, "--armor", "--export-secret-keys", KEY_UID], env=env))
+            _run([*gpg, "--quick-gen-key", uid, "ed25519", "sign", "never"], env=env)
+            secret.write_text(_run([*gpg, "--armor", "--export-secret-keys", uid], env=env))
             secret.chmod(0o600)
-        key = _run([*gpg, "--armor", "--export", KEY_UID], env=env)
+        key = _run([*gpg, "--armor", "--export", uid], env=env)
         _run([*gpg, "--clearsign", "-o", dist / "InRelease", dist / "Release"], env=env)
         _run([*gpg, "-abs", "-o", dist / "Release.gpg", dist / "Release"], env=env)
     finally:
