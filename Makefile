@@ -15,7 +15,7 @@ LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-
 
 .PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
         lab-status site report check syntax \
-        bench bench-site readme-table test-faults test-kernel ee
+        bench bench-site readme-table test-faults test-kernel ee bundle
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -116,6 +116,14 @@ bench: venv  ## speed ratios (CLI start-up vs bare Python; planning 1k vs 10k ho
 # where quay.io is reachable (not on our machines).
 # execution-environment.yml reads its artifacts from here.
 EE_DIR := build/ee
+# The offline bundle (docs/bundle.md): HOSTS converged online, one per plan; OUT keeps the cache
+# and the signing key between builds, OUT/bundle is what to serve.
+BUNDLE_OUT ?= bundle-out
+bundle: deps  ## offline bundle: INV=... HOSTS=... [BUNDLE_OUT=bundle-out] (what HOSTS installed, downloaded once)
+	@test -n "$(HOSTS)" || { echo "make bundle: set HOSTS (converged hosts of INV, one per plan)" >&2; exit 2; }
+	$(BIN)/python scripts/bundle.py collect -i $(INV) --limit '$(HOSTS)' --out $(BUNDLE_OUT) -- $(LAB_VAULT)
+	$(BIN)/python scripts/bundle.py build --out $(BUNDLE_OUT)
+
 ee: venv  ## the AWX/AAP execution environment's build context (ansible-builder create)
 	rm -rf $(EE_DIR) && mkdir -p $(EE_DIR)
 	$(BIN)/ansible-galaxy collection build --output-path $(EE_DIR) .

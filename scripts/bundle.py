@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""The offline bundle (issue 23 item 1; docs/bundle.md): everything a plan's hosts installed,
+downloaded once into one directory with a manifest and checksums.
+
+    scripts/bundle.py collect -i INVENTORY --limit HOSTS --out DIR
+    scripts/bundle.py build --out DIR [--python PIP_PYTHON]
+
+``collect`` runs playbooks/bundle.yml on HOSTS, hosts of the inventory that converged online
+(a staging host of each plan): the ``bundle_inventory`` module lists every Debian package each
+installed (with the URL and SHA256 apt would fetch it from) and every Python distribution of
+each virtual environment (with the environment's Python and platform tags). Their answers
+land in ``DIR/installed/<host>.json``, the plan of each GPU host in ``DIR/plan/<host>.json``
+(reports of roles/gpuprov_report, as ``plan.yml`` writes them).
+
+``build`` reads those reports and makes ``DIR/bundle/``, the directory to serve:
+
+- ``apt/``: every package, once, checked against apt's SHA256, as one flat apt repository
+  (suite ``/``) whose Release is signed (InRelease, Release.gpg) with the bundle's key,
+  published as ``apt/gpgkey``. The key's secret half stays in ``DIR/signing-key.asc``, outside
+  what is served, and signs every later build (hosts keep trusting one key).
+- ``wheels/`` and ``simple/``: every distribution of every environment, downloaded with the
+  environment's own Python version and platform tags by ``pip download --no-deps`` (pip's
+  configured indexes and find-links, which is where the CPU torch wheel of the lab lies), and a
+  PEP 503 index over them (``pip --index-url URL/simple/``).
+- ``manifest.json`` (what is in it, for which hosts and plans, sizes) and ``SHA256SUMS``.
+
+A second build downloads only what is missing or fails its checksum (an interrupted build is
+resumed by running it again). What cannot be had is said, naming the package and the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuprov_lab import aptrepo
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = 1
+KEY_UID = "gpuprov offline bundle <bundle@gpuprov.invalid>"
+
+
+class BundleError(Exception):
+    """A bundle that cannot be built as asked; the message names what to fix."""
+
+
+@dataclass
+class Contents:
+    """What the collected hosts need, deduplicated."""
+
+    debs: dict[str, dict[str, Any]] = field(default_factory=dict)  # filename -> deb
+    # (python, platforms) -> sorted "name==version" requirements
+    wheels: dict[tuple[str, tuple[str, ...]], list[str]] = field(default_factory=dict)
+    not_downloadable: dict[str, list[str]] = field(default_factory=dict)  # host -> name=version
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary
+
+
+def plan_key(plan: Mapping[str, Any] | None) -> str:
+    """One line naming a host's plan: driver branch, CUDA, torch build (no plan: "no GPU")."""
+    if not plan or not plan.get("ok"):
+        return "no GPU plan"
+    driver = plan.get("driver") or {}
+    torch = (
+        f"{plan.get('torch')}+{plan.get('variant')}" if plan.get("variant") else plan.get("torch")
+    )
+    return f"driver {driver.get('branch')}, CUDA {plan.get('cuda')}, torch {torch}"
+
+
+def merge(answers: Mapping[str, Mapping[str, Any]], plans: Mapping[str, Any]) -> Contents:
+    """The collected answers of the hosts (bundle_inventory's result, by host) as one set.
+
+    A package file two hosts name with different checksums is refused (two mirrors that
+    disagree): the bundle would serve one of them to both."""
+    contents = Contents()
+    for host in sorted(answers):
+        answer = answers[host]
+        release = str(answer.get("release", ""))
+        for deb in answer.get("debs", []):
+            name = str(deb["filename"])
+            seen = contents.debs.get(name)
+            if seen and seen["sha256"] != deb["sha256"]:
+                raise BundleError(
+                    f"{name}: {seen['hosts'][0]} and {host} were served different files "
+                    f"(sha256 {seen['sha256'][:12]} from {seen['uri']}, {deb['sha256'][:12]} "
+                    f"from {deb['uri']}); point both at one mirror"
+                )
+            if seen:
+                seen["hosts"].append(host)
+            else:
+                contents.debs[name] = {**deb, "release": release, "hosts": [host]}
+        if answer.get("not_downloadable"):
+            contents.not_downloadable[host] = list(answer["not_downloadable"])
+        for venv in answer.get("venvs", []):
+            key = (str(venv["python"]), tuple(venv["platforms"]))
+            reqs = set(contents.wheels.get(key, []))
+            reqs.update(f"{p['name']}=={p['version']}" for p in venv["packages"])
+            contents.wheels[key] = sorted(reqs, key=str.lower)
+        contents.hosts[host] = {
+            "release": release,
+            "architecture": answer.get("architecture", ""),
+            "plan": plan_key(plans.get(host)),
+            "debs": sorted(str(d["filename"]) for d in answer.get("debs", [])),
+            "venvs": [v["path"] for v in answer.get("venvs", [])],
+        }
+    return contents
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(uri: str, sha256: str, dest: Path, timeout: float = 120) -> int:
+    """Download ``uri`` to ``dest`` unless a file with that SHA256 is there; the bytes fetched.
+
+    Written to a temporary name and renamed: an interrupted download leaves no file that
+    looks complete. A file whose checksum differs from apt's is refused, naming the URL."""
+    if dest.is_file() and (not sha256 or sha256_file(dest) == sha256):
+        return 0
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(uri, timeout=timeout) as response, part.open("wb") as out:  # noqa: S310 (apt's own http/https/file URIs)
+            shutil.copyfileobj(response, out)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        raise BundleError(f"could not download {uri}: {exc}") from exc
+    got = sha256_file(part)
+    if sha256 and got != sha256:
+        part.unlink()
+        raise BundleError(f"{uri}: sha256 {got} is not apt's {sha256}; check the mirror")
+    part.rename(dest)
+    return dest.stat().st_size
+
+
+def normalize(name: str) -> str:
+    """PEP 503's normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# A wheel's or sdist's project name: everything before the first "-<digit>".
+_DIST_NAME = re.compile(r"^(?P<name>.+?)-\d")
+
+
+def dist_key(filename: str) -> tuple[str, str]:
+    """(normalized name, version) of a wheel's or sdist's file name, or of "name-version"."""
+    stem = filename.removesuffix(".tar.gz").removesuffix(".zip")
+    match = _DIST_NAME.match(stem)
+    if not match:
+        return (normalize(stem), "")
+    rest = stem[len(match["name"]) + 1 :]
+    return (normalize(match["name"]), rest.split("-", 1)[0])
+
+
+def simple_index(files: Iterable[str]) -> dict[str, str]:
+    """PEP 503 pages (relative path -> HTML) for distribution files in ``../../wheels/``."""
+    projects: dict[str, list[str]] = {}
+    for name in sorted(files):
+        match = _DIST_NAME.match(name)
+        if match:
+            projects.setdefault(normalize(match["name"]), []).append(name)
+    pages = {
+        "index.html": "<!DOCTYPE html><html><body>\n"
+        + "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(projects))
+        + "</body></html>\n"
+    }
+    for project, names in projects.items():
+        links = "".join(
+            f'<a href="../../wheels/{html.escape(n)}">{html.escape(n)}</a>\n' for n in names
+        )
+        pages[f"{project}/index.html"] = f"<!DOCTYPE html><html><body>\n{links}</body></html>\n"
+    return pages
+
+
+def pip_download_argv(
+    pip_python: str, python: str, platforms: Sequence[str], requirements: Path, dest: Path
+) -> list[str]:
+    """pip download of exact pins for another interpreter's tags (no dependency resolution:
+    the list is what an environment holds, complete)."""
+    argv = [pip_python, "-m", "pip", "download", "--no-deps", "--dest", str(dest)]
+    argv += ["--python-version", python, "--implementation", "cp"]
+    for platform in platforms:
+        argv += ["--platform", platform]
+    return [*argv, "--requirement", str(requirements)]
+
+
+def build_apt(debs: Iterable[Path], bundle: Path, secret: Path) -> None:
+    """The flat, signed repository ``bundle/apt`` over the package files ``debs``."""
+    repo = bundle / "apt"
+    repo.mkdir(parents=True, exist_ok=True)
+    for deb in debs:
+        os.link(deb, repo / deb.name)
+    packages = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (repo / "Packages").write_text(packages)
+    (repo / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+    (repo / "Release").write_text(
+        aptrepo._release(repo, origin="gpuprov-bundle", label="gpuprov offline bundle")
+    )
+    key = aptrepo.sign(repo, repo, keep_key=secret.is_file(), secret=secret, uid=KEY_UID)
+    (repo / "gpgkey").write_text(key)
+
+
+def read_collected(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The collect step's reports: OUT/installed/<host>.json, OUT/plan/<host>.json."""
+    answers = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("installed/*.json"))}
+    plans = {p.stem: json.loads(p.read_text())["plan"] for p in sorted(out.glob("plan/*.json"))}
+    if not answers:
+        raise BundleError(
+            f"nothing collected in {out / 'installed'}: run `scripts/bundle.py collect "
+            "-i INVENTORY --limit HOSTS --out DIR` first (hosts that converged online)"
+        )
+    return answers, plans
+
+
+def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
+    """Build ``out/bundle`` from the collected reports; returns the manifest (also written)."""
+    started = time.monotonic()
+    answers, plans = read_collected(out)
+    contents = merge(answers, plans)
+    cache = out / "cache"
+    debs_dir = cache / "debs"
+    debs_dir.mkdir(parents=True, exist_ok=True)
+    fetched = 0
+    for name, deb in sorted(contents.debs.items()):
+        fetched += fetch(str(deb["uri"]), str(deb["sha256"]), debs_dir / name)
+    bundle = out / "bundle"
+    if bundle.exists():
+        shutil.rmtree(bundle)
+    bundle.mkdir(parents=True)
+    build_apt((debs_dir / name for name in sorted(contents.debs)), bundle, out / "signing-key.asc")
+    wheels_cache = cache / "wheels"
+    wheels_cache.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in wheels_cache.iterdir()}
+    for (python, platforms), requirements in sorted(contents.wheels.items()):
+        reqs = cache / f"requirements-{python}.txt"
+        reqs.write_text("\n".join(requirements) + "\n")
+        argv = pip_download_argv(pip_python, python, platforms, reqs, wheels_cache)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BundleError(
+                f"pip download for Python {python} failed ({' '.join(argv)}):\n"
+                f"{done.stderr.strip()[-2000:]}"
+            )
+    fetched += sum(p.stat().st_size for p in wheels_cache.iterdir() if p.name not in before)
+    wheels = bundle / "wheels"
+    wheels.mkdir()
+    wanted = {
+        dist_key(req.replace("==", "-", 1)) for reqs in contents.wheels.values() for req in reqs
+    }
+    for path in sorted(wheels_cache.iterdir()):
+        if dist_key(path.name) in wanted:
+            os.link(path, wheels / path.name)
+    for rel, page in simple_index(p.name for p in wheels.iterdir()).items():
+        target = bundle / "simple" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(page)
+    manifest = manifest_of(bundle, contents, fetched, time.monotonic() - started)
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    sums = sorted(
+        (str(p.relative_to(bundle)), sha256_file(p)) for p in bundle.rglob("*") if p.is_file()
+    )
+    (bundle / "SHA256SUMS").write_text("".join(f"{digest}  {path}\n" for path, digest in sums))
+    return manifest
+
+
+def manifest_of(bundle: Path, contents: Contents, fetched: int, seconds: float) -> dict[str, Any]:
+    files = [p for p in bundle.rglob("*") if p.is_file()]
+    sizes = {p.name: p.stat().st_size for p in files}
+    per_plan: dict[str, dict[str, Any]] = {}
+    for host, summary in sorted(contents.hosts.items()):
+        entry = per_plan.setdefault(
+            summary["plan"] + f" ({summary['release']})", {"hosts": [], "deb_bytes": 0}
+        )
+        entry["hosts"].append(host)
+        entry["deb_bytes"] = max(
+            entry["deb_bytes"], sum(sizes.get(name, 0) for name in summary["debs"])
+        )
+    return {
+        "schema": SCHEMA,
+        "hosts": contents.hosts,
+        "plans": per_plan,
+        "not_downloadable": contents.not_downloadable,
+        "debs": len(contents.debs),
+        "wheels": len(list((bundle / "wheels").iterdir())),
+        "bytes": sum(sizes.values()),
+        "fetched_bytes": fetched,
+        "build_seconds": round(seconds, 1),
+    }
+
+
+def collect(inventory: str, limit: str, out: Path, extra: Sequence[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        "-i",
+        inventory,
+        "--limit",
+        limit,
+        str(REPO / "playbooks" / "bundle.yml"),
+        "-e",
+        f"gpuprov_report_dir={out.resolve()}",
+        *extra,
+    ]
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **os.environ}
+    if subprocess.run(argv, check=False, env=env).returncode != 0:
+        raise BundleError(f"collecting failed: {' '.join(argv)}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_collect = sub.add_parser("collect", help="list what converged hosts installed")
+    p_collect.add_argument("-i", "--inventory", required=True)
+    p_collect.add_argument("--limit", required=True, help="the staging hosts (one per plan)")
+    p_collect.add_argument("--out", type=Path, required=True)
+    p_collect.add_argument("extra", nargs="*", help="more ansible-playbook arguments (after --)")
+    p_build = sub.add_parser("build", help="download it all into OUT/bundle")
+    p_build.add_argument("--out", type=Path, required=True)
+    p_build.add_argument("--python", default=sys.executable, help="the Python whose pip downloads")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "collect":
+            collect(args.inventory, args.limit, args.out, args.extra)
+            return 0
+        manifest = build(args.out, args.python)
+    except BundleError as exc:
+        print(f"bundle: {exc}", file=sys.stderr)
+        return 1
+    print(
+        json.dumps(
+            {
+                k: manifest[k]
+                for k in ("plans", "debs", "wheels", "bytes", "fetched_bytes", "build_seconds")
+            },
+            indent=2,
+        )
+    )
+    for host, missing in manifest["not_downloadable"].items():
+        print(
+            f"bundle: {host}: no source has {len(missing)} installed packages: "
+            f"{', '.join(missing[:10])}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
