@@ -12,7 +12,8 @@ short_description: List what a converged host installed, with where each part ca
 description:
   - Read-only. Run on a host that converged online (a staging host of each plan);
     C(scripts/bundle.py) downloads what it lists into the offline bundle (docs/bundle.md).
-  - Debian packages. Every package dpkg has installed (C(ii)), at its installed version,
+  - Debian packages. Every package dpkg has installed (C(ii), or C(hi) when held), at its
+    installed version,
     with the URL, size and SHA256 apt would download it from (C(apt-get download
     --print-uris), from apt's own lists, no download). A package no configured source has at that
     version (installed from a file) is named in RV(not_downloadable).
@@ -96,11 +97,12 @@ TAGS_SCRIPT = (
 
 
 def parse_installed(output: str) -> list[dict[str, str]]:
-    """dpkg-query lines (DPKG_FORMAT) of installed packages (status `ii`), in order."""
+    """dpkg-query lines (DPKG_FORMAT) of installed packages, in order: the status letter (the
+    second of db:Status-Abbrev) `i`, whatever the selection (`ii`, and `hi` for a held one)."""
     found = []
     for line in output.splitlines():
         parts = line.split("\t")
-        if len(parts) == 4 and parts[0].strip() == "ii":
+        if len(parts) == 4 and parts[0][1:2] == "i":
             found.append({"package": parts[1], "version": parts[2], "architecture": parts[3]})
     return found
 

@@ -50,7 +50,8 @@ def test_the_module_lists_installed_packages_with_the_index_s_checksums(
         text=True,
         check=True,
     ).stdout.splitlines()
-    ii = {line[3:].replace(":amd64", "") for line in installed if line.startswith("ii ")}
+    # Installed: the second letter of the status (ii, and hi for a held package).
+    ii = {line[3:].replace(":amd64", "") for line in installed if line[1:2] == "i"}
     listed = {f"{d['package'].replace(':amd64', '')}={d['version']}" for d in result["debs"]}
     missing = {m.replace(":amd64", "") for m in result["not_downloadable"]}
     assert listed | missing == ii
@@ -290,6 +291,14 @@ def test_nothing_collected_names_the_collect_step(tmp_path: Path) -> None:
 )
 def test_dist_key(filename: str, key: tuple[str, str]) -> None:
     assert bundle.dist_key(filename) == key
+
+
+def test_held_packages_are_installed_packages() -> None:
+    lines = "ii \tadduser\t3.134\tall\nhi \tlibnvidia-ml1:amd64\t535\tamd64\nrc \tgone\t1\tall\n"
+    assert [p["package"] for p in bundle_inventory.parse_installed(lines)] == [
+        "adduser",
+        "libnvidia-ml1:amd64",
+    ]
 
 
 def test_apt_s_missing_source_lines_are_read() -> None:
