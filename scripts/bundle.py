@@ -63,8 +63,9 @@ class Contents:
     """What the collected hosts need, deduplicated."""
 
     debs: dict[str, dict[str, Any]] = field(default_factory=dict)  # filename -> deb
-    # (python, platforms) -> sorted "name==version" requirements
-    wheels: dict[tuple[str, tuple[str, ...]], list[str]] = field(default_factory=dict)
+    # (python, platforms, sorted "name==version" requirements), one per distinct environment:
+    # two environments of one Python may pin one project differently (torch's and Triton's)
+    wheels: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = field(default_factory=set)
     not_downloadable: dict[str, list[str]] = field(default_factory=dict)  # host -> name=version
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary
 
@@ -105,10 +106,8 @@ def merge(answers: Mapping[str, Mapping[str, Any]], plans: Mapping[str, Any]) ->
         if answer.get("not_downloadable"):
             contents.not_downloadable[host] = list(answer["not_downloadable"])
         for venv in answer.get("venvs", []):
-            key = (str(venv["python"]), tuple(venv["platforms"]))
-            reqs = set(contents.wheels.get(key, []))
-            reqs.update(f"{p['name']}=={p['version']}" for p in venv["packages"])
-            contents.wheels[key] = sorted(reqs, key=str.lower)
+            reqs = sorted({f"{p['name']}=={p['version']}" for p in venv["packages"]}, key=str.lower)
+            contents.wheels.add((str(venv["python"]), tuple(venv["platforms"]), tuple(reqs)))
         contents.hosts[host] = {
             "release": release,
             "architecture": answer.get("architecture", ""),
@@ -253,8 +252,8 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
     wheels_cache = cache / "wheels"
     wheels_cache.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in wheels_cache.iterdir()}
-    for (python, platforms), requirements in sorted(contents.wheels.items()):
-        reqs = cache / f"requirements-{python}.txt"
+    for number, (python, platforms, requirements) in enumerate(sorted(contents.wheels)):
+        reqs = cache / f"requirements-{number}-{python}.txt"
         reqs.write_text("\n".join(requirements) + "\n")
         argv = pip_download_argv(pip_python, python, platforms, reqs, wheels_cache)
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -266,9 +265,7 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
     fetched += sum(p.stat().st_size for p in wheels_cache.iterdir() if p.name not in before)
     wheels = bundle / "wheels"
     wheels.mkdir()
-    wanted = {
-        dist_key(req.replace("==", "-", 1)) for reqs in contents.wheels.values() for req in reqs
-    }
+    wanted = {dist_key(req.replace("==", "-", 1)) for *_, reqs in contents.wheels for req in reqs}
     for path in sorted(wheels_cache.iterdir()):
         if dist_key(path.name) in wanted:
             os.link(path, wheels / path.name)
