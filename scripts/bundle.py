@@ -31,7 +31,6 @@ resumed by running it again). What cannot be had is said, naming the package and
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import html
 import json
@@ -205,18 +204,7 @@ def build_apt(debs: Iterable[Path], bundle: Path, secret: Path) -> None:
     repo.mkdir(parents=True, exist_ok=True)
     for deb in debs:
         os.link(deb, repo / deb.name)
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    (repo / "Packages").write_text(packages)
-    (repo / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
-    (repo / "Release").write_text(
-        aptrepo._release(repo, origin="gpuprov-bundle", label="gpuprov offline bundle")
-    )
+    aptrepo.index_flat(repo, origin="gpuprov-bundle", label="gpuprov offline bundle")
     key = aptrepo.sign(repo, repo, keep_key=secret.is_file(), secret=secret, uid=KEY_UID)
     (repo / "gpgkey").write_text(key)
 

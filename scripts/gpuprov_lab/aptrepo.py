@@ -59,6 +59,9 @@ from pathlib import Path
 DEFAULT_VERSIONS = ("1.17.8-1", "1.18.0-1")
 """Versions built by default: two, so that version pins can be tested."""
 
+# The Release's Origin and Label of the stand-in repository.
+ORIGIN = "gpuprov-lab"
+LABEL = "gpuprov lab stand-in for libnvidia-container"
 KEY_UID = "gpuprov lab stand-in repository, not NVIDIA <lab@gpuprov.invalid>"
 
 RUNTIME_WRAPPER = """\
@@ -233,8 +236,8 @@ def build_packages(out_dir: Path, work: Path, version: str) -> list[Path]:
 def _release(
     dist: Path,
     date: float | None = None,
-    origin: str = "gpuprov-lab",
-    label: str = "gpuprov lab stand-in for libnvidia-container",
+    origin: str = ORIGIN,
+    label: str = LABEL,
 ) -> str:
     """The Release file of a flat repository in ``dist``, dated ``date`` (default: now)."""
     files = [dist / "Packages", dist / "Packages.gz"]
@@ -251,6 +254,24 @@ def _release(
             digest = hashlib.new(algo, data).hexdigest()
             lines.append(f" {digest} {len(data)} {path.name}")
     return "\n".join(lines) + "\n"
+
+
+def index_flat(
+    dist: Path,
+    origin: str = ORIGIN,
+    label: str = LABEL,
+) -> None:
+    """Packages, Packages.gz and the (unsigned) Release of the flat repository in ``dist``."""
+    packages = subprocess.run(
+        ["dpkg-scanpackages", "--multiversion", "."],
+        cwd=dist,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    (dist / "Packages").write_text(packages)
+    (dist / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+    (dist / "Release").write_text(_release(dist, origin=origin, label=label))
 
 
 def build_signed_repo(
@@ -271,16 +292,7 @@ def build_signed_repo(
         build_packages(dist, work, version)
     shutil.rmtree(work)
 
-    packages = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", "."],
-        cwd=dist,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    (dist / "Packages").write_text(packages)
-    (dist / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
-    (dist / "Release").write_text(_release(dist))
+    index_flat(dist)
     key = sign(repo_dir, dist)
     key_path = tmpdir / "gpgkey.asc"
     key_path.write_text(key)
