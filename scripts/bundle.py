@@ -142,7 +142,11 @@ def fetch(uri: str, sha256: str, dest: Path, timeout: float = 120) -> int:
     got = sha256_file(part)
     if sha256 and got != sha256:
         part.unlink()
-        raise BundleError(f"{uri}: sha256 {got} is not apt's {sha256}; check the mirror")
+        raise BundleError(
+            f"{uri}: sha256 {got} is not apt's {sha256}: the mirror serves another file than "
+            "the host's package lists name (changed since its last apt update, or damaged); "
+            "update the host's lists (apt-get update) and collect again, or fix the mirror"
+        )
     part.rename(dest)
     return dest.stat().st_size
 
