@@ -20,10 +20,13 @@ from urllib.parse import unquote
 import bundle
 import bundle_inventory
 import pytest
+import test_lab_aptrepo
 from gpuprov_lab import aptrepo
 from module_run import run_module
 
 MODULE = Path(bundle_inventory.__file__)
+# The builder signs and indexes with the lab's repository tools: the same skip.
+needs_repo_tools = test_lab_aptrepo.pytestmark
 
 
 def _sha256(path: Path) -> str:
@@ -184,6 +187,7 @@ def _apt(tmp: Path, repo_url: str, key: Path, *args: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
 
+@needs_repo_tools
 def test_a_build_is_a_signed_apt_repository_and_a_pip_index(collected: dict[str, Any]) -> None:
     out: Path = collected["out"]
     manifest = bundle.build(out)
@@ -238,6 +242,7 @@ def test_a_build_is_a_signed_apt_repository_and_a_pip_index(collected: dict[str,
     )
 
 
+@needs_repo_tools
 def test_a_second_build_fetches_nothing_but_a_damaged_file_and_keeps_the_key(
     collected: dict[str, Any],
 ) -> None:
@@ -252,6 +257,7 @@ def test_a_second_build_fetches_nothing_but_a_damaged_file_and_keeps_the_key(
     assert (out / "bundle" / "apt" / "gpgkey").read_text() == key
 
 
+@needs_repo_tools
 def test_two_mirrors_serving_one_file_name_differently_are_refused(
     collected: dict[str, Any],
 ) -> None:
@@ -263,6 +269,7 @@ def test_two_mirrors_serving_one_file_name_differently_are_refused(
         bundle.build(out)
 
 
+@needs_repo_tools
 def test_a_checksum_apt_did_not_publish_is_refused(collected: dict[str, Any]) -> None:
     out: Path = collected["out"]
     for host in ("gpu-a", "gpu-b"):
