@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuprov_lab import aptrepo
+from gpuprov_lab.common import LabError
+from gpuprov_lab.site import ansible_tool
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = 1
@@ -174,9 +176,9 @@ def simple_index(files: Iterable[str]) -> dict[str, str]:
     """PEP 503 pages (relative path -> HTML) for distribution files in ``../../wheels/``."""
     projects: dict[str, list[str]] = {}
     for name in sorted(files):
-        match = _DIST_NAME.match(name)
-        if match:
-            projects.setdefault(normalize(match["name"]), []).append(name)
+        project, version = dist_key(name)
+        if version:
+            projects.setdefault(project, []).append(name)
     pages = {
         "index.html": "<!DOCTYPE html><html><body>\n"
         + "".join(f'<a href="{p}/">{p}</a>\n' for p in sorted(projects))
@@ -275,8 +277,8 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
 
 
 def manifest_of(bundle: Path, contents: Contents, fetched: int, seconds: float) -> dict[str, Any]:
-    files = [p for p in bundle.rglob("*") if p.is_file()]
-    sizes = {p.name: p.stat().st_size for p in files}
+    # By path: the PEP 503 pages are all index.html.
+    sizes = {str(p.relative_to(bundle)): p.stat().st_size for p in bundle.rglob("*") if p.is_file()}
     per_plan: dict[str, dict[str, Any]] = {}
     for host, summary in sorted(contents.hosts.items()):
         entry = per_plan.setdefault(
@@ -284,7 +286,7 @@ def manifest_of(bundle: Path, contents: Contents, fetched: int, seconds: float) 
         )
         entry["hosts"].append(host)
         entry["deb_bytes"] = max(
-            entry["deb_bytes"], sum(sizes.get(name, 0) for name in summary["debs"])
+            entry["deb_bytes"], sum(sizes.get(f"apt/{name}", 0) for name in summary["debs"])
         )
     return {
         "schema": SCHEMA,
@@ -301,8 +303,12 @@ def manifest_of(bundle: Path, contents: Contents, fetched: int, seconds: float) 
 
 def collect(inventory: str, limit: str, out: Path, extra: Sequence[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        playbook = ansible_tool("ansible-playbook")
+    except LabError as exc:
+        raise BundleError(str(exc)) from exc
     argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
+        playbook,
         "-i",
         inventory,
         "--limit",

@@ -25,6 +25,8 @@ from gpuprov_lab import aptrepo
 from module_run import run_module
 
 MODULE = Path(bundle_inventory.__file__)
+# Written after the manifest's byte count: not in it.
+SUMMARIES = {"manifest.json", "SHA256SUMS"}
 # The builder signs and indexes with the lab's repository tools: the same skip.
 needs_repo_tools = test_lab_aptrepo.pytestmark
 
@@ -232,6 +234,12 @@ def test_a_build_is_a_signed_apt_repository_and_a_pip_index(collected: dict[str,
     assert listed == {
         str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != "SHA256SUMS"
     }
+    assert manifest["bytes"] == sum(
+        p.stat().st_size for p in root.rglob("*") if p.is_file() and p.name not in SUMMARIES
+    )
+    assert manifest["plans"]["driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm)"][
+        "deb_bytes"
+    ] == sum(d.stat().st_size for d in collected["debs"])
     assert manifest["debs"] == len(names)
     assert manifest["wheels"] == 1
     assert manifest["not_downloadable"] == {"gpu-b": ["local-thing=1"]}
