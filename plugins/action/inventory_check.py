@@ -82,13 +82,17 @@ class Matrix:
 
 
 def load_specs(roles_dir: Path) -> dict[str, Spec]:
-    """Every option of every role's meta/argument_specs.yml (entry point main)."""
+    """Every option of every role's meta/argument_specs.yml, of every entry point (main's
+    first: an option of two entry points is read from main)."""
     table: dict[str, Spec] = {}
     for path in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
         role = path.parents[1].name
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        options = (doc.get("argument_specs") or {}).get("main", {}).get("options") or {}
-        for name, opt in options.items():
+        entries = doc.get("argument_specs") or {}
+        ordered = sorted(entries.items(), key=lambda item: item[0] != "main")
+        for name, opt in ((n, o) for _, e in ordered for n, o in (e.get("options") or {}).items()):
+            if name in table:
+                continue
             table[name] = Spec(
                 name=name,
                 role=role,

@@ -32,7 +32,7 @@ OTHER_HOSTS = (
     "no bookworm K40m host in this lab",  # test_model_serving.py
     "needs two GPU nodes",  # test_site.py's unreachable-host test
     "needs a trixie host",  # test_pull.py
-    "needs a Debian 12 GPU node",  # test_offline_bundle.py
+    "needs a Debian 12 K40m node",  # test_offline_bundle.py
 )
 
 

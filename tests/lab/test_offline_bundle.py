@@ -1,44 +1,46 @@
 """The offline bundle on the lab (issue 23 item 1; docs/bundle.md): what a converged lab host
-installed, collected and downloaded once, installs in full on a fresh container of the same
-image that has no network at all (`docker run --network none`).
+installed is collected and downloaded once; a cache host serves it (roles/gpuprov_bundle); a
+fresh host on a lab network with no route out converges `site.yml` from it alone.
 
-Runs after test_site.py has converged the lab. Real: the collect playbook on the host, the
-downloads from Debian's archive, PyPI and the lab's stand-in toolkit repository, the signed
-repository checked by apt, pip installing from the bundle's index. Not yet here: the roles
-provisioning from a served bundle (docs/bundle.md, "Not built yet")."""
+Runs after test_site.py has converged the lab. Real: the collect playbook on the staging host,
+the downloads from Debian's archive, PyPI, the lab's wheelhouse and the lab's stand-in toolkit
+repository, the signed repository checked by apt, pip installing from the bundle's index, the
+whole of site.yml on the offline host. The offline network is a Docker `--internal` network:
+no gateway, no route out, no name but its members'. On it: the cache host, the offline host
+(both fresh containers of the lab's image, reached by the controller over that network), and
+the lab's S3 server (the storage role's endpoint; connected for this test)."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import re
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import bundle
 import pytest
+import yaml
 from conftest import Lab
+from gpuprov_lab import hosts as lab_hosts
+from gpuprov_lab import s3lab
+from gpuprov_lab.engine import Docker, connect_engine, detect_cgroup, wait_ready
+from gpuprov_lab.profiles import HostSpec, load_lab_data
 
-# Run in the networkless container: the bundle's repository as the only apt source, every
-# package the host has, then each environment from the bundle's index.
-OFFLINE = r"""
-set -euo pipefail
-if getent ahosts deb.debian.org >/dev/null 2>&1; then echo "NETWORK"; exit 3; fi
-rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*
-mkdir -p /etc/apt/keyrings
-install -m 0644 /b/apt/gpgkey /etc/apt/keyrings/gpuprov-bundle.asc
-printf 'Types: deb\nURIs: file:///b/apt\nSuites: /\nSigned-By: %s\n' \
-  /etc/apt/keyrings/gpuprov-bundle.asc > /etc/apt/sources.list.d/gpuprov-bundle.sources
-apt-get update -q >/dev/null
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades \
-  $(cat /w/debs.txt) >/tmp/apt.log 2>&1 || { tail -25 /tmp/apt.log; exit 1; }
-echo "== dpkg"
-dpkg-query -W -f '${db:Status-Abbrev}\t${binary:Package}=${Version}\n'
-for reqs in /w/venv-*.txt; do
-  name=$(basename "$reqs" .txt)
-  python3 -m venv "/tmp/$name"
-  "/tmp/$name/bin/pip" install -q --index-url file:///b/simple/ -r "$reqs" >&2
-  echo "== $name"
-  "/tmp/$name/bin/pip" list --format=freeze
-done
+PORT = 8470
+# What a host reaches outside: each must fail on the offline host.
+NO_ROUTE = r"""
+import socket
+for target in [("1.1.1.1", 80), ("deb.debian.org", 80), ("pypi.org", 443)]:
+    try:
+        socket.create_connection(target, timeout=3).close()
+        print("REACHED", target)
+    except OSError as exc:
+        print("unreachable", target, exc)
 """
 
 
@@ -52,94 +54,258 @@ def _installed(dpkg_lines: str) -> set[str]:
     return found
 
 
-def _sections(output: str) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in output.splitlines():
-        if line.startswith("== "):
-            current = line[3:]
-            sections[current] = []
-        elif current:
-            sections[current].append(line)
-    return sections
+def _recap(output: str, host: str) -> dict[str, int]:
+    match = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", output, re.MULTILINE)
+    assert match, output[-3000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))}
 
 
-def test_a_bundle_installs_a_converged_host_s_packages_with_no_network(
-    lab: Lab, tmp_path: Path
+@dataclasses.dataclass
+class OfflineNet:
+    docker: Docker
+    lab: Lab
+    name: str
+    tmp: Path
+    containers: list[str] = dataclasses.field(default_factory=list)
+    connected: list[str] = dataclasses.field(default_factory=list)
+
+    def address(self, container: str) -> str:
+        nets = self.docker.inspect(container)["NetworkSettings"]["Networks"]
+        return str(nets[self.name]["IPAddress"])
+
+    def connect(self, container: str) -> str:
+        self.docker.run(["network", "connect", self.name, container])
+        self.connected.append(container)
+        return self.address(container)
+
+    def host(self, name: str, profile: str, image: str) -> dict[str, Any]:
+        """A fresh lab host on this network only: the lab's run arguments, its network
+        swapped and its published port dropped (an internal network publishes none)."""
+        spec = HostSpec(name, profile, "bookworm")
+        argv = lab_hosts.docker_run_args(self.lab.name, spec, image, 0, detect_cgroup())
+        at = argv.index("--publish")
+        del argv[at : at + 2]
+        argv[argv.index("--network") + 1] = self.name
+        container = lab_hosts.container_name(self.lab.name, name)
+        self.docker.run(["rm", "-f", container], check=False)
+        # A new machine: facts an earlier run cached under this name are not its own.
+        lab_hosts.forget_cached_facts(self.lab.name, name)
+        self.docker.run(argv)
+        self.containers.append(container)
+        wait_ready(self.docker, container)
+        data = load_lab_data()
+        key = Path(str(next(iter(self.lab.hosts.values()))["ansible_ssh_private_key_file"]))
+        pubkey = Path(f"{key}.pub").read_text()
+        # The lab's SSH key and simulated PCI tree; no CA bundle, no wheelhouse.
+        lab_hosts.provision(self.docker, container, data.profiles[profile], pubkey, None, None)
+        address = self.address(container)
+        hostkey = self.docker.out(["exec", container, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"])
+        known = self.tmp / f"known_hosts.{name}"
+        known.write_text(f"{address} {' '.join(hostkey.split()[:2])}\n")
+        return {
+            "ansible_host": address,
+            "ansible_port": 22,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key),
+            "ansible_ssh_common_args": (
+                f"-o UserKnownHostsFile={known} -o StrictHostKeyChecking=yes"
+            ),
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "lab_container": container,
+            "lab_address": address,
+        }
+
+    def close(self) -> None:
+        for container in self.containers:
+            self.docker.run(["rm", "-f", "--volumes", container], check=False)
+            volume = container + "-docker"
+            self.docker.run(["volume", "rm", "-f", volume], check=False)
+        for container in self.connected:
+            self.docker.run(["network", "disconnect", "-f", self.name, container], check=False)
+        self.docker.run(["network", "rm", self.name], check=False)
+
+
+@pytest.fixture
+def offline_net(lab: Lab, tmp_path: Path) -> Iterator[OfflineNet]:
+    docker = connect_engine()
+    name = f"{lab.name}-offline"
+    docker.run(["network", "rm", name], check=False)
+    label = f"{lab_hosts.LABEL}={lab.name}"
+    docker.run(["network", "create", "--internal", "--label", label, name])
+    net = OfflineNet(docker, lab, name, tmp_path)
+    try:
+        yield net
+    finally:
+        net.close()
+
+
+def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
+    lab: Lab, offline_net: OfflineNet, tmp_path: Path
 ) -> None:
-    hosts = [
+    staging_hosts = [
         h
         for h, v in lab.hosts.items()
-        if v.get("lab_release", "bookworm") == "bookworm" and h in lab.groups.get("gpu_nodes", [])
+        if v.get("lab_release", "bookworm") == "bookworm" and h in lab.groups.get("gpu_k40m", [])
     ]
-    if not hosts:
-        pytest.skip("needs a Debian 12 GPU node")
-    host = hosts[0]
+    if not staging_hosts:
+        pytest.skip("needs a Debian 12 K40m node")
+    staging = staging_hosts[0]
+
+    # 1. Collect what the converged staging host installed; build the bundle (twice).
     out = tmp_path / "out"
     lab.ansible_playbook(
-        "playbooks/bundle.yml", "--limit", host, "-e", f"gpuprov_report_dir={out}", check=True
+        "playbooks/bundle.yml", "--limit", staging, "-e", f"gpuprov_report_dir={out}", check=True
     )
     manifest = bundle.build(out)
     print(
-        f"\nbundle of {host}: {manifest['debs']} packages, {manifest['wheels']} wheels, "
+        f"\nbundle of {staging}: {manifest['debs']} packages, {manifest['wheels']} wheels, "
         f"{manifest['bytes'] / 1e6:.0f} MB, fetched {manifest['fetched_bytes'] / 1e6:.0f} MB "
         f"in {manifest['build_seconds']} s; plans {json.dumps(manifest['plans'])}"
     )
     assert manifest["not_downloadable"] == {}
     again = bundle.build(out)
     assert again["fetched_bytes"] == 0, "a second build downloads nothing"
-    root = out / "bundle"
-    subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=root, check=True)
+    subprocess.run(
+        ["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=out / "bundle", check=True
+    )
 
-    # What the host has, asked of the host itself (not of the module's answer).
-    want_debs = _installed(
-        lab.ssh(
-            host, "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}=${Version}\\n'"
-        ).stdout
-    )
-    venvs = [
-        v["path"] for v in json.loads((out / "installed" / f"{host}.json").read_text())["venvs"]
-    ]
-    assert "/opt/gpuprov/venv" in venvs
-    want_venvs = {}
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "debs.txt").write_text("\n".join(sorted(want_debs)) + "\n")
-    for number, path in enumerate(venvs):
-        frozen = lab.ssh(host, f"{path}/bin/pip list --format=freeze").stdout.split()
-        want_venvs[f"venv-{number}"] = sorted(frozen)
-        (work / f"venv-{number}.txt").write_text("\n".join(frozen) + "\n")
-    (work / "offline.sh").write_text(OFFLINE)
-    image = subprocess.run(
-        ["docker", "inspect", "-f", "{{.Config.Image}}", lab.hosts[host]["lab_container"]],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ran = subprocess.run(
+    # 2. The offline network: a cache host and a fresh host of the staging host's image and
+    # profile; the lab's S3 server joins it (the storage role's endpoint).
+    image = offline_net.docker.out(
         [
-            "docker",
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "-v",
-            f"{root}:/b:ro",
-            "-v",
-            f"{work}:/w:ro",
-            image,
-            "bash",
-            "/w/offline.sh",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
+            "inspect",
+            "-f",
+            '{{index .Config.Labels "gpuprov.image"}}',
+            str(lab.hosts[staging]["lab_container"]),
+        ]
+    ).strip()
+    cache = offline_net.host("bundle-cache", "cpu", image)
+    offline = offline_net.host("offline-k40m", str(lab.hosts[staging]["lab_profile"]), image)
+    s3_address = offline_net.connect(s3lab.s3_name(lab.name))
+    offline_lab = dataclasses.replace(
+        lab, hosts={**lab.hosts, "bundle-cache": cache, "offline-k40m": offline}
     )
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    got = _sections(ran.stdout)
-    assert want_debs <= _installed("\n".join(got["dpkg"])), want_debs - _installed(
-        "\n".join(got["dpkg"])
+    reach = offline_lab.ssh("offline-k40m", f"python3 -c '{NO_ROUTE}'").stdout
+    assert "REACHED" not in reach, reach
+    assert reach.count("unreachable") == 3, reach
+    # Prepared as an air-gapped host is: the image's Debian source (deb.debian.org) removed.
+    offline_lab.ssh("offline-k40m", "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*")
+
+    url = f"http://{cache['ansible_host']}:{PORT}"
+    s3_port = str(lab.hosts[staging].get("lab_s3_endpoint", "")).rsplit(":", 1)[-1] or "5000"
+    extra = tmp_path / "offline.yml"
+    extra.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "bundle_mirrors": {
+                            "hosts": {
+                                "bundle-cache": {
+                                    **cache,
+                                    "gpuprov_bundle_src": str(out / "bundle"),
+                                    "gpuprov_bundle_listen_address": cache["ansible_host"],
+                                    "gpuprov_bundle_port": PORT,
+                                }
+                            }
+                        },
+                        "lab": {
+                            "children": {
+                                "gpu_nodes": {
+                                    "children": {
+                                        f"gpu_{lab.hosts[staging]['lab_profile']}": {
+                                            "hosts": {
+                                                "offline-k40m": {
+                                                    **offline,
+                                                    **{
+                                                        k: lab.hosts[staging][k]
+                                                        for k in (
+                                                            "lab_profile",
+                                                            "lab_release",
+                                                            "lab_debian_version",
+                                                        )
+                                                    },
+                                                    "gpu_info_sysfs_root": lab.hosts[staging][
+                                                        "gpu_info_sysfs_root"
+                                                    ],
+                                                    "gpuprov_container_host": True,
+                                                    "lab_hostname": "offline-k40m",
+                                                    "lab_s3_endpoint": f"http://{s3_address}:{s3_port}",
+                                                    "gpuprov_bundle_url": url,
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        },
+                    }
+                }
+            },
+            sort_keys=False,
+        )
     )
-    for name, frozen in want_venvs.items():
-        assert sorted(got[name]) == frozen, name
+
+    # 3. Serve it: site.yml's first play on the cache host (bundle_mirrors); then again, no change.
+    # Left on the cache host before: half a copy of this bundle (a run interrupted while
+    # unpacking) and an older bundle. The first is redone, the second removed.
+    release = hashlib.sha1((out / "bundle" / "SHA256SUMS").read_bytes()).hexdigest()[:16]  # noqa: S324 (Ansible's stat checksum)
+    releases = "/srv/gpuprov-bundle/releases"
+    offline_lab.ssh(
+        "bundle-cache",
+        f"mkdir -p {releases}/{release}.part/apt {releases}/0123456789abcdef && "
+        f"echo half > {releases}/{release}.part/apt/InRelease",
+    )
+    served = lab.ansible_playbook(
+        "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache"
+    )
+    assert served.returncode == 0, served.stdout[-4000:] + served.stderr[-2000:]
+    assert _recap(served.stdout, "bundle-cache")["failed"] == 0
+    again_served = lab.ansible_playbook(
+        "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache"
+    )
+    assert _recap(again_served.stdout, "bundle-cache")["changed"] == 0, again_served.stdout[-3000:]
+    unit = offline_lab.ssh(
+        "bundle-cache", "systemctl show -p User -p ActiveState gpuprov-bundle.service"
+    ).stdout
+    assert "User=gpuprov-bundle" in unit, unit
+    assert "ActiveState=active" in unit, unit
+    assert offline_lab.ssh("bundle-cache", f"ls {releases}").stdout.split() == [release]
+
+    # 4. The offline host converges site.yml from the bundle alone.
+    started = time.monotonic()
+    run = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
+    seconds = time.monotonic() - started
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    recap = _recap(run.stdout, "offline-k40m")
+    print(f"offline converge of offline-k40m: {seconds:.0f} s, {recap}")
+    assert recap["failed"] == 0
+    assert recap["unreachable"] == 0
+
+    # Its apt sources: the bundle's only; its pip index: the bundle's.
+    sources = offline_lab.ssh(
+        "offline-k40m", "grep -rh '^URIs:\\|^deb ' /etc/apt/sources.list.d/ || true"
+    ).stdout.split("\n")
+    assert [s for s in sources if s.strip()] == [f"URIs: {url}/apt"], sources
+    pip_conf = offline_lab.ssh("offline-k40m", "cat /etc/pip.conf").stdout
+    assert f"index-url = {url}/simple/" in pip_conf, pip_conf
+
+    # What it installed is what the staging host has, at the same versions; the main
+    # environment is the same pip freeze; torch imports.
+    dpkg = "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}=${Version}\\n'"
+    have = _installed(offline_lab.ssh("offline-k40m", dpkg).stdout)
+    staged = _installed(lab.ssh(staging, dpkg).stdout)
+    assert have <= staged, sorted(have - staged)
+    key_packages = ["docker.io", "nvidia-container-toolkit", "openmpi-bin"]
+    key_packages += ["openjdk-17-jre-headless"]
+    for package in key_packages:
+        assert any(p.startswith(package + "=") for p in have), package
+    freeze = "/opt/gpuprov/venv/bin/pip list --format=freeze"
+    assert sorted(offline_lab.ssh("offline-k40m", freeze).stdout.split()) == sorted(
+        lab.ssh(staging, freeze).stdout.split()
+    )
+
+    # 5. Again: nothing changes.
+    rerun = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
+    assert rerun.returncode == 0, rerun.stdout[-4000:]
+    assert _recap(rerun.stdout, "offline-k40m")["changed"] == 0, rerun.stdout[-5000:]

@@ -33,9 +33,10 @@ FAST_PATH_ROLES = (
 )
 # Roles without one, and why: gpuprov_report writes controller reports; validate_inventory
 # changes nothing; gpuprov_pull is not in site.yml (playbooks/pull.yml, once per host) and
-# its few tasks are each idempotent. (gpu_smoke's probe covers its install phase; its layers
-# run every time.)
-WITHOUT = ("gpuprov_pull", "gpuprov_report", "validate_inventory")
+# its few tasks are each idempotent; gpuprov_bundle serves a bundle on cache hosts only (each
+# task idempotent) and its client is a few file tasks in sources.yml. (gpu_smoke's probe
+# covers its install phase; its layers run every time.)
+WITHOUT = ("gpuprov_bundle", "gpuprov_pull", "gpuprov_report", "validate_inventory")
 SPEC_KEYS = {
     "packages",
     "paths",

@@ -186,3 +186,27 @@ def test_kind_names_the_yaml_kind_of_ansible_wrapped_values() -> None:
 
     lines = check.check_host("h", {"docker_wait_retries": _TaggedStr("x")}, TABLE, REMOVED, None)
     assert lines == ['h: docker_wait_retries = "x": str; allowed: an integer.']
+
+
+def test_options_of_every_entry_point_are_known(tmp_path: Path) -> None:
+    """An option declared only by another entry point than main (gpuprov_bundle's client:
+    gpuprov_bundle_url) is a known variable with its type; one declared by main and another
+    entry point is read from main."""
+    table = check.load_specs(ROLES)
+    assert table["gpuprov_bundle_url"].role == "gpuprov_bundle"
+    assert table["gpuprov_bundle_url"].type == "str"
+    role = tmp_path / "r" / "meta"
+    role.mkdir(parents=True)
+    (role / "argument_specs.yml").write_text(
+        yaml.safe_dump(
+            {
+                "argument_specs": {
+                    "aaa": {"options": {"r_x": {"type": "int"}, "r_only": {"type": "bool"}}},
+                    "main": {"options": {"r_x": {"type": "str"}}},
+                }
+            }
+        )
+    )
+    own = check.load_specs(tmp_path)
+    assert own["r_x"].type == "str"
+    assert own["r_only"].type == "bool"

@@ -130,6 +130,9 @@ def test_a_sources_file_of_the_sources_play_runs_once_per_run() -> None:
         for t in all_tasks(play)
         if "ansible.builtin.include_role" in t
     ]
+    # First, before the roles' sources: the offline bundle's client (it can turn them off).
+    assert included[0] == ("gpuprov_bundle", "client.yml")
+    included = included[1:]
     assert [r for r, _ in included] == ["docker", "nvidia_container_toolkit"]
     for role, tasks_from in included:
         registers = [
