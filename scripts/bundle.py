@@ -22,6 +22,12 @@ land in ``DIR/installed/<host>.json``, the plan of each GPU host in ``DIR/plan/<
   environment's own Python version and platform tags by ``pip download --no-deps`` (pip's
   configured indexes and find-links, which is where the CPU torch wheel of the lab lies), and a
   PEP 503 index over them (``pip --index-url URL/simple/``).
+- The controller's side, so that a controller inside the air gap runs gpuprov too: the
+  ``gpuprov.fleet`` collection's tarball in ``collections/`` (``ansible-galaxy collection
+  build``), and in ``wheels/`` the controller's ``ansible`` (which bundles the collections of
+  requirements.yml at the versions it pins) and ``ansible-core`` at the versions installed
+  here, and pyproject.toml's build requirements (``pip install .`` of the checkout), with
+  their dependencies, for this controller's Python.
 - ``manifest.json`` (what is in it, for which hosts and plans, sizes) and ``SHA256SUMS``.
 
 A second build downloads only what is missing or fails its checksum (an interrupted build is
@@ -40,9 +46,11 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +212,49 @@ def pip_download_argv(
     return [*argv, "--requirement", str(requirements)]
 
 
+def controller_requirements() -> list[str]:
+    """What a controller inside the air gap installs from the bundle: the ``ansible`` package
+    (it bundles the collections requirements.yml pins; requirements.yml says which release
+    does) and ``ansible-core`` at the versions installed here, and what building gpuprov's own
+    package needs (pyproject.toml's build requirements: ``pip install .`` of the checkout)."""
+    build_requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+    return [
+        *(f"{name}=={metadata.version(name)}" for name in ("ansible", "ansible-core")),
+        *build_requires["requires"],
+    ]
+
+
+def build_controller(
+    pip_python: str, requirements: Sequence[str], cache: Path
+) -> tuple[list[Path], Path]:
+    """Download the controller's requirements with their dependencies (for ``pip_python``'s
+    own interpreter) into ``cache/controller``, and build the gpuprov.fleet collection's
+    tarball from this checkout into ``cache/local``. Returns the downloads and the tarball."""
+    downloads = cache / "controller"
+    local = cache / "local"
+    for directory in (downloads, local):
+        directory.mkdir(parents=True, exist_ok=True)
+    for old in local.iterdir():
+        old.unlink()
+    steps = [
+        [pip_python, "-m", "pip", "download", "--dest", str(downloads), *requirements],
+        [
+            *(ansible_tool("ansible-galaxy"), "collection", "build", "--force"),
+            *("--output-path", str(local), str(REPO)),
+        ],
+    ]
+    for argv in steps:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO)
+        if done.returncode != 0:
+            raise BundleError(
+                f"the controller's part failed ({' '.join(argv)}):\n{done.stderr.strip()[-2000:]}"
+            )
+    tarballs = sorted(local.glob("gpuprov-fleet-*.tar.gz"))
+    if not tarballs:
+        raise BundleError(f"ansible-galaxy collection build wrote no tarball in {local}")
+    return sorted(p for p in downloads.iterdir() if p.is_file()), tarballs[-1]
+
+
 def build_apt(debs: Iterable[Path], bundle: Path, secret: Path) -> None:
     """The flat, signed repository ``bundle/apt`` over the package files ``debs``."""
     repo = bundle / "apt"
@@ -227,8 +278,13 @@ def read_collected(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return answers, plans
 
 
-def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
-    """Build ``out/bundle`` from the collected reports; returns the manifest (also written)."""
+def build(
+    out: Path,
+    pip_python: str = sys.executable,
+    controller: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Build ``out/bundle`` from the collected reports; returns the manifest (also written).
+    ``controller``: the controller's requirements (default: controller_requirements())."""
     started = time.monotonic()
     answers, plans = read_collected(out)
     contents = merge(answers, plans)
@@ -263,11 +319,25 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
     for path in sorted(wheels_cache.iterdir()):
         if dist_key(path.name) in wanted:
             os.link(path, wheels / path.name)
+    requirements = controller_requirements() if controller is None else list(controller)
+    before = {p.name for p in (cache / "controller").glob("*")}
+    controller_files, tarball = build_controller(pip_python, requirements, cache)
+    fetched += sum(p.stat().st_size for p in controller_files if p.name not in before)
+    for path in controller_files:
+        if not (wheels / path.name).exists():
+            os.link(path, wheels / path.name)
+    (bundle / "collections").mkdir()
+    os.link(tarball, bundle / "collections" / tarball.name)
     for rel, page in simple_index(p.name for p in wheels.iterdir()).items():
         target = bundle / "simple" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(page)
     manifest = manifest_of(bundle, contents, fetched, time.monotonic() - started)
+    manifest["controller"] = {
+        "requirements": requirements,
+        "files": sorted(p.name for p in controller_files),
+        "collections": [tarball.name],
+    }
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     sums = sorted(
         (str(p.relative_to(bundle)), sha256_file(p)) for p in bundle.rglob("*") if p.is_file()

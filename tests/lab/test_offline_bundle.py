@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 import bundle
 import pytest
 import yaml
-from conftest import Lab
+from conftest import REPO, Lab
 from gpuprov_lab import hosts as lab_hosts
 from gpuprov_lab import s3lab
 from gpuprov_lab.engine import Docker, connect_engine, detect_cgroup, wait_ready
@@ -168,6 +169,21 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     subprocess.run(
         ["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=out / "bundle", check=True
     )
+    # The controller's side resolves from the bundle's index alone: Ansible at the
+    # controller's versions, and gpuprov's package (its metadata built in an isolated
+    # environment whose setuptools comes from the bundle).
+    resolved = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--quiet"),
+            *("--index-url", (out / "bundle" / "simple").as_uri() + "/"),
+            *manifest["controller"]["requirements"][:2],
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resolved.returncode == 0, resolved.stderr[-3000:]
 
     # 2. The offline network: a cache host and a fresh host of the staging host's image and
     # profile; the lab's S3 server joins it (the storage role's endpoint).
@@ -309,3 +325,9 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     rerun = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     assert _recap(rerun.stdout, "offline-k40m")["changed"] == 0, rerun.stdout[-5000:]
+    # And --check --diff says so too (the client's key is read, not fetched as a change).
+    checked = lab.ansible_playbook(
+        "playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", "--check", "--diff"
+    )
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert _recap(checked.stdout, "offline-k40m")["changed"] == 0, checked.stdout[-5000:]

@@ -125,6 +125,9 @@ def collected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     _wheel(wheelhouse, "bundletestpkg", "1.2.3")
+    # The controller's part: a stand-in for ansible's wheel (its real download needs PyPI).
+    _wheel(wheelhouse, "bundlectl", "0.1.0")
+    monkeypatch.setattr(bundle, "controller_requirements", lambda: ["bundlectl==0.1.0"])
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
@@ -224,10 +227,39 @@ def test_a_build_is_a_signed_apt_repository_and_a_pip_index(collected: dict[str,
             "--index-url",
             (root / "simple").as_uri() + "/",
             "bundletestpkg==1.2.3",
+            "bundlectl==0.1.0",
         ],
         check=True,
         capture_output=True,
     )
+    # The controller's part: its requirements in the index, the gpuprov.fleet collection's
+    # tarball (built from this checkout) in collections/.
+    collections = sorted(p.name for p in (root / "collections").iterdir())
+    assert len(collections) == 1
+    assert collections[0].startswith("gpuprov-fleet-")
+    members = subprocess.run(
+        ["tar", "-tzf", str(root / "collections" / collections[0])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "MANIFEST.json" in members
+    # ansible-galaxy installs it from the file (its collections come with the ansible package).
+    subprocess.run(
+        [
+            bundle.ansible_tool("ansible-galaxy"),
+            *("collection", "install", "--force", "--no-deps"),
+            *("-p", str(collected["tmp"] / "colls")),
+            str(root / "collections" / collections[0]),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert (collected["tmp"] / "colls/ansible_collections/gpuprov/fleet/MANIFEST.json").is_file()
+    assert "roles/gpuprov_bundle/tasks/client.yml" in members
+    assert manifest["controller"]["requirements"] == ["bundlectl==0.1.0"]
+    assert manifest["controller"]["collections"] == collections
+    assert manifest["controller"]["files"] == ["bundlectl-0.1.0-py3-none-any.whl"]
     # Every file is in SHA256SUMS, and sha256sum agrees.
     subprocess.run(["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=root, check=True)
     listed = {line.split("  ", 1)[1] for line in (root / "SHA256SUMS").read_text().splitlines()}
@@ -241,12 +273,13 @@ def test_a_build_is_a_signed_apt_repository_and_a_pip_index(collected: dict[str,
         "deb_bytes"
     ] == sum(d.stat().st_size for d in collected["debs"])
     assert manifest["debs"] == len(names)
-    assert manifest["wheels"] == 1
+    assert manifest["wheels"] == 2  # bundletestpkg, bundlectl
     assert manifest["not_downloadable"] == {"gpu-b": ["local-thing=1"]}
     assert manifest["hosts"]["gpu-a"]["plan"] == "driver 470, CUDA 11.4, torch 2.0.1+cu118"
     assert manifest["hosts"]["gpu-b"]["plan"] == "no GPU plan"
-    assert manifest["fetched_bytes"] == sum(d.stat().st_size for d in collected["debs"]) + (
-        next((root / "wheels").iterdir()).stat().st_size
+    # Fetched: the packages and the two wheels, not the collection built here.
+    assert manifest["fetched_bytes"] == sum(d.stat().st_size for d in collected["debs"]) + sum(
+        w.stat().st_size for w in (root / "wheels").iterdir()
     )
 
 
