@@ -319,9 +319,9 @@ def build(
     for path in sorted(wheels_cache.iterdir()):
         if dist_key(path.name) in wanted:
             os.link(path, wheels / path.name)
-    requirements = controller_requirements() if controller is None else list(controller)
+    controller_reqs = controller_requirements() if controller is None else list(controller)
     before = {p.name for p in (cache / "controller").glob("*")}
-    controller_files, tarball = build_controller(pip_python, requirements, cache)
+    controller_files, tarball = build_controller(pip_python, controller_reqs, cache)
     fetched += sum(p.stat().st_size for p in controller_files if p.name not in before)
     for path in controller_files:
         if not (wheels / path.name).exists():
@@ -334,7 +334,7 @@ def build(
         target.write_text(page)
     manifest = manifest_of(bundle, contents, fetched, time.monotonic() - started)
     manifest["controller"] = {
-        "requirements": requirements,
+        "requirements": controller_reqs,
         "files": sorted(p.name for p in controller_files),
         "collections": [tarball.name],
     }
