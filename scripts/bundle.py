@@ -45,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import tomllib
 import urllib.request
@@ -252,7 +253,27 @@ def build_controller(
     tarballs = sorted(local.glob("gpuprov-fleet-*.tar.gz"))
     if not tarballs:
         raise BundleError(f"ansible-galaxy collection build wrote no tarball in {local}")
+    leaked = leaked_members(tarballs[-1], cache.parent)
+    if leaked:
+        raise BundleError(
+            f"the collection built from {REPO} holds files of the bundle's own directory "
+            f"{cache.parent} ({', '.join(leaked[:5])}), its signing key among them: put --out "
+            "outside the checkout, or name it in galaxy.yml's build_ignore"
+        )
     return sorted(p for p in downloads.iterdir() if p.is_file()), tarballs[-1]
+
+
+def leaked_members(tarball: Path, out: Path) -> list[str]:
+    """Members of the collection's tarball that lie in ``out`` (the bundle's directory, with
+    the signing key's secret half) when ``out`` is inside the checkout the tarball is built
+    from; empty otherwise."""
+    try:
+        inside = out.resolve().relative_to(REPO.resolve()).as_posix()
+    except ValueError:
+        return []
+    with tarfile.open(tarball) as archive:
+        names = archive.getnames()
+    return [n for n in names if n == inside or n.startswith(inside + "/")]
 
 
 def build_apt(debs: Iterable[Path], bundle: Path, secret: Path) -> None:

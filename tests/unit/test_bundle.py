@@ -10,8 +10,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import bundle
 import bundle_inventory
 import pytest
 import test_lab_aptrepo
+import yaml
 from gpuprov_lab import aptrepo
 from module_run import run_module
 
@@ -358,3 +361,23 @@ def test_apt_s_missing_source_lines_are_read() -> None:
         ("base-files", "12.4+deb12u11"),
         ("bash", "5.2.15-2+b8"),
     }
+
+
+def test_a_collection_holding_the_bundle_s_own_directory_is_named(tmp_path: Path) -> None:
+    """The collection is built from the checkout: an --out inside it (make bundle's default)
+    would put the signing key's secret half into the served tarball. build_ignore names the
+    default; leaked_members finds any other such directory in the tarball."""
+    tarball = tmp_path / "gpuprov-fleet-0.1.0.tar.gz"
+    key = tmp_path / "key"
+    key.write_text("secret")
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(key, arcname="MANIFEST.json")
+        archive.add(key, arcname="my-out/signing-key.asc")
+    assert bundle.leaked_members(tarball, bundle.REPO / "my-out") == ["my-out/signing-key.asc"]
+    assert bundle.leaked_members(tarball, bundle.REPO / "my") == []
+    assert bundle.leaked_members(tarball, tmp_path / "my-out") == []
+    default = re.search(r"^BUNDLE_OUT \?= (\S+)$", (bundle.REPO / "Makefile").read_text(), re.M)
+    assert default
+    galaxy = yaml.safe_load((bundle.REPO / "galaxy.yml").read_text())
+    assert default.group(1) in galaxy["build_ignore"]
+    assert f"/{default.group(1)}/" in (bundle.REPO / ".gitignore").read_text().split()
