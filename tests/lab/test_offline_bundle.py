@@ -264,13 +264,17 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
 
     # 3. Serve it: site.yml's first play on the cache host (bundle_mirrors); then again, no change.
     # Left on the cache host before: half a copy of this bundle (a run interrupted while
-    # unpacking) and an older bundle. The first is redone, the second removed.
+    # unpacking), a directory of its name without its SHA256SUMS (a removal cut short, the
+    # bundle deployed again), an older bundle and a half-removed one (*.gone). The first two
+    # are redone, the others removed.
     release = hashlib.sha1((out / "bundle" / "SHA256SUMS").read_bytes()).hexdigest()[:16]  # noqa: S324 (Ansible's stat checksum)
     releases = "/srv/gpuprov-bundle/releases"
     offline_lab.ssh(
         "bundle-cache",
-        f"mkdir -p {releases}/{release}.part/apt {releases}/0123456789abcdef && "
-        f"echo half > {releases}/{release}.part/apt/InRelease",
+        f"mkdir -p {releases}/{release}.part/apt {releases}/{release}/apt "
+        f"{releases}/0123456789abcdef {releases}/fedcba9876543210.gone && "
+        f"echo half > {releases}/{release}.part/apt/InRelease && "
+        f"echo half > {releases}/{release}/apt/InRelease",
     )
     served = lab.ansible_playbook(
         "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache"
