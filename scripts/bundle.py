@@ -213,6 +213,14 @@ def pip_download_argv(
     return [*argv, "--requirement", str(requirements)]
 
 
+def run_step(argv: Sequence[str], what: str) -> None:
+    """Run one of the build's tools; a failure is a BundleError naming ``what``, the command
+    and the end of its stderr."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO)
+    if done.returncode != 0:
+        raise BundleError(f"{what} failed ({' '.join(argv)}):\n{done.stderr.strip()[-2000:]}")
+
+
 def controller_requirements() -> list[str]:
     """What a controller inside the air gap installs from the bundle: the ``ansible`` package
     (it bundles the collections requirements.yml pins; requirements.yml says which release
@@ -245,11 +253,7 @@ def build_controller(
         ],
     ]
     for argv in steps:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO)
-        if done.returncode != 0:
-            raise BundleError(
-                f"the controller's part failed ({' '.join(argv)}):\n{done.stderr.strip()[-2000:]}"
-            )
+        run_step(argv, "the controller's part")
     tarballs = sorted(local.glob("gpuprov-fleet-*.tar.gz"))
     if not tarballs:
         raise BundleError(f"ansible-galaxy collection build wrote no tarball in {local}")
@@ -299,13 +303,8 @@ def read_collected(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return answers, plans
 
 
-def build(
-    out: Path,
-    pip_python: str = sys.executable,
-    controller: Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """Build ``out/bundle`` from the collected reports; returns the manifest (also written).
-    ``controller``: the controller's requirements (default: controller_requirements())."""
+def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
+    """Build ``out/bundle`` from the collected reports; returns the manifest (also written)."""
     started = time.monotonic()
     answers, plans = read_collected(out)
     contents = merge(answers, plans)
@@ -327,12 +326,7 @@ def build(
         reqs = cache / f"requirements-{number}-{python}.txt"
         reqs.write_text("\n".join(requirements) + "\n")
         argv = pip_download_argv(pip_python, python, platforms, reqs, wheels_cache)
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise BundleError(
-                f"pip download for Python {python} failed ({' '.join(argv)}):\n"
-                f"{done.stderr.strip()[-2000:]}"
-            )
+        run_step(argv, f"pip download for Python {python}")
     fetched += sum(p.stat().st_size for p in wheels_cache.iterdir() if p.name not in before)
     wheels = bundle / "wheels"
     wheels.mkdir()
@@ -340,7 +334,7 @@ def build(
     for path in sorted(wheels_cache.iterdir()):
         if dist_key(path.name) in wanted:
             os.link(path, wheels / path.name)
-    controller_reqs = controller_requirements() if controller is None else list(controller)
+    controller_reqs = controller_requirements()
     before = {p.name for p in (cache / "controller").glob("*")}
     controller_files, tarball = build_controller(pip_python, controller_reqs, cache)
     fetched += sum(p.stat().st_size for p in controller_files if p.name not in before)
