@@ -235,16 +235,24 @@ def controller_requirements() -> list[str]:
 
 def build_controller(
     pip_python: str, requirements: Sequence[str], cache: Path
-) -> tuple[list[Path], Path]:
+) -> tuple[list[Path], Path, int]:
     """Download the controller's requirements with their dependencies (for ``pip_python``'s
-    own interpreter) into ``cache/controller``, and build the gpuprov.fleet collection's
-    tarball from this checkout into ``cache/local``. Returns the downloads and the tarball."""
-    downloads = cache / "controller"
+    own interpreter) into a directory of ``cache/controller`` named by what was asked, and
+    build the gpuprov.fleet collection's tarball from this checkout into ``cache/local``.
+    Returns the downloads, the tarball and the bytes downloaded now. Downloads for other
+    requirements (an Ansible upgraded since) are removed: the bundle carries only what this
+    controller needs."""
+    asked = hashlib.sha256("\n".join([pip_python, *requirements]).encode()).hexdigest()[:16]
+    downloads = cache / "controller" / asked
     local = cache / "local"
     for directory in (downloads, local):
         directory.mkdir(parents=True, exist_ok=True)
     for old in local.iterdir():
         old.unlink()
+    for old in (cache / "controller").iterdir():
+        if old != downloads:
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    before = {p.name for p in downloads.iterdir()}
     steps = [
         [pip_python, "-m", "pip", "download", "--dest", str(downloads), *requirements],
         [
@@ -264,7 +272,8 @@ def build_controller(
             f"{cache.parent} ({', '.join(leaked[:5])}), its signing key among them: put --out "
             "outside the checkout, or name it in galaxy.yml's build_ignore"
         )
-    return sorted(p for p in downloads.iterdir() if p.is_file()), tarballs[-1]
+    files = sorted(p for p in downloads.iterdir() if p.is_file())
+    return files, tarballs[-1], sum(p.stat().st_size for p in files if p.name not in before)
 
 
 def leaked_members(tarball: Path, out: Path) -> list[str]:
@@ -335,9 +344,10 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
         if dist_key(path.name) in wanted:
             os.link(path, wheels / path.name)
     controller_reqs = controller_requirements()
-    before = {p.name for p in (cache / "controller").glob("*")}
-    controller_files, tarball = build_controller(pip_python, controller_reqs, cache)
-    fetched += sum(p.stat().st_size for p in controller_files if p.name not in before)
+    controller_files, tarball, controller_fetched = build_controller(
+        pip_python, controller_reqs, cache
+    )
+    fetched += controller_fetched
     for path in controller_files:
         if not (wheels / path.name).exists():
             os.link(path, wheels / path.name)

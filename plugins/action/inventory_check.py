@@ -186,8 +186,10 @@ HOSTNAME_RE = re.compile(
 
 
 def _address_ok(text: str) -> bool:
+    # Bare: the roles bracket an IPv6 address themselves where a URL or host:port needs it
+    # (a bracketed bind address is not an address to bind to).
     try:
-        ipaddress.ip_address(text.strip("[]"))
+        ipaddress.ip_address(text)
     except ValueError:
         return bool(HOSTNAME_RE.match(text)) and not text.replace(".", "").isdigit()
     return True
@@ -251,6 +253,9 @@ def check_value(spec: Spec, value: Any) -> str | None:
         text = str(value)
         if rules.get("url") and text and not URL_RE.match(text):
             return "has no scheme; allowed: a URL such as https://host/path (or empty)"
+        schemes = [str(x) for x in rules.get("schemes") or ()]
+        if schemes and text and text.split("://", 1)[0].lower() not in schemes:
+            return "allowed: a URL of " + " or ".join(f"{x}://" for x in schemes)
         if rules.get("url_or_path") and text and not (URL_RE.match(text) or text.startswith("/")):
             return "allowed: an absolute path on the host or a URL with a scheme (or empty)"
         if rules.get("nonempty") and not text:
@@ -258,7 +263,7 @@ def check_value(spec: Spec, value: Any) -> str | None:
         if rules.get("address") and text and not _address_ok(text):
             return (
                 "is not an address; allowed: an IP address or a host name, without a port "
-                "(the port has its own variable)"
+                "(the port has its own variable), without brackets"
             )
         if rules.get("fingerprint") and text and not FINGERPRINT_RE.match("".join(text.split())):
             return (

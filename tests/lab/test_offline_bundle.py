@@ -32,7 +32,18 @@ from gpuprov_lab import s3lab
 from gpuprov_lab.engine import Docker, connect_engine, detect_cgroup, wait_ready
 from gpuprov_lab.profiles import HostSpec, load_lab_data
 
-PORT = 8470
+# Below 1024: the unprivileged service binds it with the one capability its unit grants. A
+# Docker container lets anyone bind any port (net.ipv4.ip_unprivileged_port_start=0); the cache
+# host gets a real host's 1024 back first (PRIVILEGED_PORTS).
+PORT = 847
+PRIVILEGED_PORTS = (
+    "mount -o remount,bind,rw /proc/sys"  # bind: this mount only (not /proc's superblock)
+    " && echo 1024 > /proc/sys/net/ipv4/ip_unprivileged_port_start"
+    " && mount -o remount,bind,ro /proc/sys"
+)
+# pip settings someone else wrote on the offline host: kept (the trusted host beside the
+# bundle's).
+FOREIGN_PIP_CONF = "[global]\ntimeout = 60\ntrusted-host = pypi-mirror.example\n"
 # What a host reaches outside: each must fail on the offline host.
 NO_ROUTE = r"""
 import socket
@@ -53,6 +64,12 @@ def _installed(dpkg_lines: str) -> set[str]:
         if status[1:2] == "i":
             found.add(spec.replace(":amd64", ""))
     return found
+
+
+def _said(output: str) -> str:
+    """Ansible's output as one line of text (the YAML result format may fold a message, and
+    doubles an apostrophe in a single-quoted one)."""
+    return " ".join(output.replace("''", "'").split())
 
 
 def _recap(output: str, host: str) -> dict[str, int]:
@@ -204,8 +221,14 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     reach = offline_lab.ssh("offline-k40m", f"python3 -c '{NO_ROUTE}'").stdout
     assert "REACHED" not in reach, reach
     assert reach.count("unreachable") == 3, reach
-    # Prepared as an air-gapped host is: the image's Debian source (deb.debian.org) removed.
-    offline_lab.ssh("offline-k40m", "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*")
+    # Prepared as an air-gapped host is: the image's Debian source (deb.debian.org) removed;
+    # someone's pip settings there.
+    offline_lab.ssh(
+        "offline-k40m",
+        "rm -f /etc/apt/sources.list /etc/apt/sources.list.d/* && "
+        f"printf '{FOREIGN_PIP_CONF}' > /etc/pip.conf",
+    )
+    offline_lab.ssh("bundle-cache", PRIVILEGED_PORTS)
 
     url = f"http://{cache['ansible_host']}:{PORT}"
     s3_port = str(lab.hosts[staging].get("lab_s3_endpoint", "")).rsplit(":", 1)[-1] or "5000"
@@ -262,20 +285,71 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
         )
     )
 
-    # 3. Serve it: site.yml's first play on the cache host (bundle_mirrors); then again, no change.
+    # 3. A first deployment under --check, before the cache host serves anything: the offline
+    # host says what it would write, fails nowhere and changes nothing; its package roles are
+    # not predicted (their packages have no source yet), and it says why.
+    first_check = lab.ansible_playbook(
+        *("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", "--check", "--diff")
+    )
+    assert first_check.returncode == 0, first_check.stdout[-6000:] + first_check.stderr[-2000:]
+    assert _recap(first_check.stdout, "offline-k40m")["failed"] == 0, first_check.stdout[-6000:]
+    said = _said(first_check.stdout)
+    assert f"Check mode: Could not fetch the bundle's key {url}/apt/gpgkey" in said
+    assert "the roles that install packages end here without predicting" in said
+    assert "+URIs: " + url + "/apt" in first_check.stdout, "the client's source shown as a diff"
+    untouched = offline_lab.ssh(
+        "offline-k40m",
+        "ls /etc/apt/sources.list.d/ /etc/apt/keyrings/; cat /etc/pip.conf; "
+        "ls /opt/gpuprov 2>&1 || true",
+    ).stdout
+    assert "gpuprov-bundle" not in untouched, untouched
+    assert FOREIGN_PIP_CONF in untouched, untouched
+    assert "No such file" in untouched, untouched
+
+    # Another definition of the bundle's repository (an admin's, another key) and an index
+    # someone else set for pip: the first is moved aside when told (replace), the second is
+    # refused by default, before the host's sources change.
+    admin_list = "/etc/apt/sources.list.d/admin-bundle.list"
+    offline_lab.ssh(
+        "offline-k40m",
+        f"echo 'deb [signed-by=/etc/apt/keyrings/admin.gpg] {url}/apt /' > {admin_list} && "
+        "sed -i 's|^timeout = 60$|&\\nindex-url = https://devpi.example/simple/|' /etc/pip.conf",
+    )
+    foreign = lab.ansible_playbook(
+        *("playbooks/sources.yml", "-i", str(extra), "--limit", "offline-k40m"),
+        *("-e", "gpuprov_bundle_apt_foreign_sources=replace"),
+    )
+    assert foreign.returncode != 0, foreign.stdout[-3000:]
+    assert (
+        "/etc/pip.conf sets index-url = https://devpi.example/simple/ (not the bundle's "
+        f"{url}/simple/): nothing was changed. Set gpuprov_bundle_pip_foreign_index: replace"
+    ) in _said(foreign.stdout), foreign.stdout[-3000:]
+    backups = offline_lab.ssh("offline-k40m", "ls /var/backups/gpuprov/apt-sources/").stdout
+    assert backups.split() == ["admin-bundle.list"], backups
+    listed = offline_lab.ssh("offline-k40m", "ls /etc/apt/sources.list.d/").stdout
+    assert listed.split() == [], "moved aside, and the bundle's source not written yet"
+    pip_left = offline_lab.ssh(
+        "offline-k40m",
+        "sed -i '/^index-url = https:\\/\\/devpi/d' /etc/pip.conf; cat /etc/pip.conf",
+    ).stdout
+    assert pip_left == FOREIGN_PIP_CONF, pip_left
+
+    # 4. Serve it: site.yml's first play on the cache host (bundle_mirrors); then again, no change.
     # Left on the cache host before: half a copy of this bundle (a run interrupted while
     # unpacking), a directory of its name without its SHA256SUMS (a removal cut short, the
     # bundle deployed again), an older bundle and a half-removed one (*.gone). The first two
     # are redone, the others removed.
     release = hashlib.sha1((out / "bundle" / "SHA256SUMS").read_bytes()).hexdigest()[:16]  # noqa: S324 (Ansible's stat checksum)
     releases = "/srv/gpuprov-bundle/releases"
-    offline_lab.ssh(
+    left = offline_lab.ssh(
         "bundle-cache",
         f"mkdir -p {releases}/{release}.part/apt {releases}/{release}/apt "
         f"{releases}/0123456789abcdef {releases}/fedcba9876543210.gone && "
         f"echo half > {releases}/{release}.part/apt/InRelease && "
         f"echo half > {releases}/{release}/apt/InRelease",
+        check=False,
     )
+    assert left.returncode == 0, (left.returncode, left.stdout, left.stderr)
     served = lab.ansible_playbook(
         "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache"
     )
@@ -292,7 +366,7 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     assert "ActiveState=active" in unit, unit
     assert offline_lab.ssh("bundle-cache", f"ls {releases}").stdout.split() == [release]
 
-    # 4. The offline host converges site.yml from the bundle alone.
+    # 5. The offline host converges site.yml from the bundle alone.
     started = time.monotonic()
     run = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
     seconds = time.monotonic() - started
@@ -309,6 +383,9 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     assert [s for s in sources if s.strip()] == [f"URIs: {url}/apt"], sources
     pip_conf = offline_lab.ssh("offline-k40m", "cat /etc/pip.conf").stdout
     assert f"index-url = {url}/simple/" in pip_conf, pip_conf
+    host = cache["ansible_host"]
+    assert f"trusted-host = pypi-mirror.example {host}" in pip_conf, pip_conf
+    assert "timeout = 60" in pip_conf, pip_conf
 
     # What it installed is what the staging host has, at the same versions; the main
     # environment is the same pip freeze; torch imports.
@@ -325,7 +402,7 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
         lab.ssh(staging, freeze).stdout.split()
     )
 
-    # 5. Again: nothing changes.
+    # 6. Again: nothing changes.
     rerun = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     assert _recap(rerun.stdout, "offline-k40m")["changed"] == 0, rerun.stdout[-5000:]

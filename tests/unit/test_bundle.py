@@ -302,6 +302,22 @@ def test_a_second_build_fetches_nothing_but_a_damaged_file_and_keeps_the_key(
 
 
 @needs_repo_tools
+def test_the_controller_s_part_holds_only_what_the_controller_needs_now(
+    collected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ansible upgraded on the controller between two builds: the bundle carries the new
+    wheel, not both (the old one would be served, and listed, for nothing)."""
+    out: Path = collected["out"]
+    bundle.build(out)
+    _wheel(collected["tmp"] / "wheelhouse", "bundlectl", "0.2.0")
+    monkeypatch.setattr(bundle, "controller_requirements", lambda: ["bundlectl==0.2.0"])
+    manifest = bundle.build(out)
+    assert manifest["controller"]["files"] == ["bundlectl-0.2.0-py3-none-any.whl"]
+    wheels = sorted(p.name for p in (out / "bundle" / "wheels").iterdir())
+    assert [w for w in wheels if w.startswith("bundlectl")] == ["bundlectl-0.2.0-py3-none-any.whl"]
+
+
+@needs_repo_tools
 def test_two_mirrors_serving_one_file_name_differently_are_refused(
     collected: dict[str, Any],
 ) -> None:

@@ -23,7 +23,12 @@ def test_argument_specs_match_defaults(role: Path) -> None:
     defaults = _yaml(role / "defaults" / "main.yml") or {}
     specs = _yaml(role / "meta" / "argument_specs.yml")
     assert specs, f"{role.name}: meta/argument_specs.yml is missing"
-    options = specs["argument_specs"]["main"].get("options") or {}
+    # Every entry point's options (a role's defaults serve all of them: gpuprov_bundle's client).
+    options = {
+        name: spec
+        for entry in specs["argument_specs"].values()
+        for name, spec in (entry.get("options") or {}).items()
+    }
     assert set(defaults) <= set(options), f"undeclared: {set(defaults) - set(options)}"
     for name, spec in options.items():
         if name in defaults:
