@@ -252,6 +252,12 @@ def test_a_bad_schedule_is_refused_and_disabling_stops_the_timer_and_removes_sec
     bad = lab.ansible_playbook(*base, "-e", "gpuprov_pull_interval=soon")
     assert bad.returncode != 0
     assert 'gpuprov_pull_interval="soon" on ' in bad.stdout, bad.stdout[-3000:]
+    # A release whose controller needs a newer Python than the host's (Debian 12: 3.11).
+    newer = lab.ansible_playbook(*base, "-e", "gpuprov_pull_ansible_core_version=2.20.0")
+    assert newer.returncode != 0
+    said = " ".join(newer.stdout.split())
+    assert "ansible-core 2.20.0 (gpuprov_pull_ansible_core_version, or the" in said, said[-3000:]
+    assert "on Python 3.12 or newer" in said, said[-3000:]
     # As typed on a command line: the string "false" (a conditional on it failed before).
     off = lab.ansible_playbook(*base, "-e", "gpuprov_pull_enabled=false")
     assert off.returncode == 0, off.stdout[-4000:]
