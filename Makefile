@@ -119,9 +119,9 @@ EE_DIR := build/ee
 # The offline bundle (docs/bundle.md): HOSTS converged online, one per plan; OUT keeps the cache
 # and the signing key between builds, OUT/bundle is what to serve.
 BUNDLE_OUT ?= bundle-out
-bundle: deps  ## offline bundle: INV=... HOSTS=... [BUNDLE_OUT=bundle-out] (what HOSTS installed, downloaded once)
+bundle: deps  ## offline bundle: INV=... HOSTS=... [FLEET=...] [BUNDLE_OUT=bundle-out] (what HOSTS installed, downloaded once)
 	@test -n "$(HOSTS)" || { echo "make bundle: set HOSTS (converged hosts of INV, one per plan)" >&2; exit 2; }
-	$(BIN)/python scripts/bundle.py collect -i $(INV) --limit '$(HOSTS)' --out $(BUNDLE_OUT) -- $(LAB_VAULT)
+	$(BIN)/python scripts/bundle.py collect -i $(INV) --limit '$(HOSTS)' --fleet '$(FLEET)' --out $(BUNDLE_OUT) -- $(LAB_VAULT)
 	$(BIN)/python scripts/bundle.py build --out $(BUNDLE_OUT)
 
 ee: venv  ## the AWX/AAP execution environment's build context (ansible-builder create)

@@ -2,7 +2,7 @@
 """The offline bundle (issue 23 item 1; docs/bundle.md): everything a plan's hosts installed,
 downloaded once into one directory with a manifest and checksums.
 
-    scripts/bundle.py collect -i INVENTORY --limit HOSTS --out DIR
+    scripts/bundle.py collect -i INVENTORY --limit HOSTS --out DIR [--fleet PATTERN]
     scripts/bundle.py build --out DIR [--python PIP_PYTHON]
 
 ``collect`` runs playbooks/bundle.yml on HOSTS, hosts of the inventory that converged online
@@ -11,6 +11,11 @@ installed (with the URL and SHA256 apt would fetch it from) and every Python dis
 each virtual environment (with the environment's Python and platform tags). Their answers
 land in ``DIR/installed/<host>.json``, the plan of each GPU host in ``DIR/plan/<host>.json``
 (reports of roles/gpuprov_report, as ``plan.yml`` writes them).
+
+With ``--fleet PATTERN`` it also plans the fleet's GPU hosts (``playbooks/plan.yml``, read-only;
+``DIR/fleet/plan/<host>.json``), and ``build`` then refuses, before downloading anything, a
+bundle that leaves a fleet host's plan (driver branch, CUDA, torch build, Debian release)
+with no staging host: that host could not provision from it.
 
 ``build`` reads those reports and makes ``DIR/bundle/``, the directory to serve:
 
@@ -89,6 +94,31 @@ def plan_key(plan: Mapping[str, Any] | None) -> str:
         f"{plan.get('torch')}+{plan.get('variant')}" if plan.get("variant") else plan.get("torch")
     )
     return f"driver {driver.get('branch')}, CUDA {plan.get('cuda')}, torch {torch}"
+
+
+def hosted_plan(plan: Mapping[str, Any] | None, release: str) -> str:
+    """A plan with the Debian release it is for: the unit of what a staging host covers
+    (the manifest's "plans" keys)."""
+    return f"{plan_key(plan)} ({release or 'release unknown'})"
+
+
+def uncovered(
+    fleet: Mapping[str, Mapping[str, Any]], staged: Mapping[str, Mapping[str, Any]]
+) -> dict[str, list[str]]:
+    """The fleet's plans (``fleet``: plan.yml's reports by host, with ``release``) that no
+    staging host (``staged``: Contents.hosts) ran, each with its fleet hosts."""
+    have = {hosted_plan_of(summary) for summary in staged.values()}
+    missing: dict[str, list[str]] = {}
+    for host, doc in sorted(fleet.items()):
+        key = hosted_plan(doc.get("plan"), str(doc.get("release") or ""))
+        if key not in have:
+            missing.setdefault(key, []).append(host)
+    return missing
+
+
+def hosted_plan_of(summary: Mapping[str, Any]) -> str:
+    """``hosted_plan`` of a staging host's summary (Contents.hosts)."""
+    return f"{summary['plan']} ({summary['release'] or 'release unknown'})"
 
 
 def merge(answers: Mapping[str, Mapping[str, Any]], plans: Mapping[str, Any]) -> Contents:
@@ -317,6 +347,15 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
     started = time.monotonic()
     answers, plans = read_collected(out)
     contents = merge(answers, plans)
+    fleet = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("fleet/plan/*.json"))}
+    missing = uncovered(fleet, contents.hosts)
+    if missing:
+        said = "; ".join(f"{key}: {', '.join(hosts)}" for key, hosts in missing.items())
+        raise BundleError(
+            f"no staging host ran these plans of the fleet ({said}): the bundle could not "
+            "provision those hosts. Converge one host of each online and collect it too "
+            "(--limit), or leave those hosts out of --fleet. Nothing was downloaded."
+        )
     cache = out / "cache"
     debs_dir = cache / "debs"
     debs_dir.mkdir(parents=True, exist_ok=True)
@@ -363,6 +402,11 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
         "files": sorted(p.name for p in controller_files),
         "collections": [tarball.name],
     }
+    # The hosts this bundle was checked to provision (collect --fleet), with their plans.
+    manifest["fleet"] = {
+        host: hosted_plan(doc.get("plan"), str(doc.get("release") or ""))
+        for host, doc in fleet.items()
+    }
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     sums = sorted(
         (str(p.relative_to(bundle)), sha256_file(p)) for p in bundle.rglob("*") if p.is_file()
@@ -376,9 +420,7 @@ def manifest_of(bundle: Path, contents: Contents, fetched: int, seconds: float) 
     sizes = {str(p.relative_to(bundle)): p.stat().st_size for p in bundle.rglob("*") if p.is_file()}
     per_plan: dict[str, dict[str, Any]] = {}
     for host, summary in sorted(contents.hosts.items()):
-        entry = per_plan.setdefault(
-            summary["plan"] + f" ({summary['release']})", {"hosts": [], "deb_bytes": 0}
-        )
+        entry = per_plan.setdefault(hosted_plan_of(summary), {"hosts": [], "deb_bytes": 0})
         entry["hosts"].append(host)
         entry["deb_bytes"] = max(
             entry["deb_bytes"], sum(sizes.get(f"apt/{name}", 0) for name in summary["debs"])
@@ -396,26 +438,26 @@ def manifest_of(bundle: Path, contents: Contents, fetched: int, seconds: float) 
     }
 
 
-def collect(inventory: str, limit: str, out: Path, extra: Sequence[str]) -> None:
+def collect(inventory: str, limit: str, out: Path, extra: Sequence[str], fleet: str = "") -> None:
+    """Run playbooks/bundle.yml on the staging hosts ``limit``; with ``fleet``, plan.yml on
+    those hosts too (into OUT/fleet, replacing an earlier fleet's reports)."""
     out.mkdir(parents=True, exist_ok=True)
     try:
         playbook = ansible_tool("ansible-playbook")
     except LabError as exc:
         raise BundleError(str(exc)) from exc
-    argv = [
-        playbook,
-        "-i",
-        inventory,
-        "--limit",
-        limit,
-        str(REPO / "playbooks" / "bundle.yml"),
-        "-e",
-        f"gpuprov_report_dir={out.resolve()}",
-        *extra,
-    ]
+    runs = [("bundle.yml", limit, out)]
+    if fleet:
+        shutil.rmtree(out / "fleet", ignore_errors=True)
+        runs.append(("plan.yml", fleet, out / "fleet"))
     env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **os.environ}
-    if subprocess.run(argv, check=False, env=env).returncode != 0:
-        raise BundleError(f"collecting failed: {' '.join(argv)}")
+    for name, pattern, reports in runs:
+        argv = [
+            *(playbook, "-i", inventory, "--limit", pattern, str(REPO / "playbooks" / name)),
+            *("-e", f"gpuprov_report_dir={reports.resolve()}", *extra),
+        ]
+        if subprocess.run(argv, check=False, env=env).returncode != 0:
+            raise BundleError(f"collecting failed: {' '.join(argv)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -425,6 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_collect.add_argument("-i", "--inventory", required=True)
     p_collect.add_argument("--limit", required=True, help="the staging hosts (one per plan)")
     p_collect.add_argument("--out", type=Path, required=True)
+    p_collect.add_argument(
+        "--fleet",
+        default="",
+        help="the hosts to provision from it: build refuses a plan of theirs no staging host ran",
+    )
     p_collect.add_argument("extra", nargs="*", help="more ansible-playbook arguments (after --)")
     p_build = sub.add_parser("build", help="download it all into OUT/bundle")
     p_build.add_argument("--out", type=Path, required=True)
@@ -432,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "collect":
-            collect(args.inventory, args.limit, args.out, args.extra)
+            collect(args.inventory, args.limit, args.out, args.extra, args.fleet)
             return 0
         manifest = build(args.out, args.python)
     except BundleError as exc:

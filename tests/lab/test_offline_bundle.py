@@ -174,7 +174,18 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     lab.ansible_playbook(
         "playbooks/bundle.yml", "--limit", staging, "-e", f"gpuprov_report_dir={out}", check=True
     )
+    # The fleet to provision (collect --fleet): planned by plan.yml; the build checks that a
+    # staging host ran each of its plans (for its release).
+    lab.ansible_playbook(
+        "playbooks/plan.yml",
+        "--limit",
+        staging,
+        "-e",
+        f"gpuprov_report_dir={out / 'fleet'}",
+        check=True,
+    )
     manifest = bundle.build(out)
+    assert manifest["fleet"] == {staging: next(iter(manifest["plans"]))}, manifest["plans"]
     print(
         f"\nbundle of {staging}: {manifest['debs']} packages, {manifest['wheels']} wheels, "
         f"{manifest['bytes'] / 1e6:.0f} MB, fetched {manifest['fetched_bytes'] / 1e6:.0f} MB "

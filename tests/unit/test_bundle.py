@@ -317,6 +317,47 @@ def test_the_controller_s_part_holds_only_what_the_controller_needs_now(
     assert [w for w in wheels if w.startswith("bundlectl")] == ["bundlectl-0.2.0-py3-none-any.whl"]
 
 
+PLAN_470 = {
+    "ok": True,
+    "driver": {"branch": 470},
+    "cuda": "11.4",
+    "torch": "2.0.1",
+    "variant": "cu118",
+}
+STAGED_470 = {"plan": "driver 470, CUDA 11.4, torch 2.0.1+cu118", "release": "bookworm"}
+
+
+def test_a_fleet_plan_no_staging_host_ran_is_named_with_its_hosts() -> None:
+    fleet = {
+        "gpu-1": {"release": "bookworm", "plan": PLAN_470},
+        "gpu-2": {"release": "trixie", "plan": PLAN_470},  # the same stack, another release
+        "gpu-3": {"release": "bookworm", "plan": {**PLAN_470, "driver": {"branch": 535}}},
+        "gpu-4": {"release": "trixie", "plan": PLAN_470},
+    }
+    assert bundle.uncovered(fleet, {"stage-a": STAGED_470}) == {
+        "driver 470, CUDA 11.4, torch 2.0.1+cu118 (trixie)": ["gpu-2", "gpu-4"],
+        "driver 535, CUDA 11.4, torch 2.0.1+cu118 (bookworm)": ["gpu-3"],
+    }
+    assert bundle.uncovered({"gpu-1": fleet["gpu-1"]}, {"stage-a": STAGED_470}) == {}
+
+
+@needs_repo_tools
+def test_a_build_for_a_fleet_it_cannot_provision_stops_before_downloading(
+    collected: dict[str, Any],
+) -> None:
+    out: Path = collected["out"]
+    (out / "fleet" / "plan").mkdir(parents=True)
+    doc = {"host": "gpu-z", "release": "trixie", "plan": PLAN_470}
+    (out / "fleet" / "plan" / "gpu-z.json").write_text(json.dumps(doc))
+    with pytest.raises(bundle.BundleError, match=r"\(trixie\): gpu-z\)"):
+        bundle.build(out)
+    assert not (out / "cache").exists()
+    doc["release"] = "bookworm"
+    (out / "fleet" / "plan" / "gpu-z.json").write_text(json.dumps(doc))
+    manifest = bundle.build(out)
+    assert manifest["fleet"] == {"gpu-z": "driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm)"}
+
+
 @needs_repo_tools
 def test_two_mirrors_serving_one_file_name_differently_are_refused(
     collected: dict[str, Any],
