@@ -96,21 +96,33 @@ def plan_key(plan: Mapping[str, Any] | None) -> str:
     return f"driver {driver.get('branch')}, CUDA {plan.get('cuda')}, torch {torch}"
 
 
-def hosted_plan(plan: Mapping[str, Any] | None, release: str) -> str:
-    """A plan with the Debian release it is for: the unit of what a staging host covers
-    (the manifest's "plans" keys)."""
-    return f"{plan_key(plan)} ({release or 'release unknown'})"
+# Ansible's ansible_facts['architecture'] as dpkg names it (the staging hosts' answers).
+DPKG_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "i386": "i386"}
+
+
+def hosted_plan(plan: Mapping[str, Any] | None, release: str, architecture: str) -> str:
+    """A plan with the Debian release and architecture it is for: the unit of what a staging
+    host covers (the manifest's "plans" keys)."""
+    arch = DPKG_ARCH.get(architecture, architecture)
+    return f"{plan_key(plan)} ({release or 'release unknown'}, {arch or 'architecture unknown'})"
+
+
+def fleet_plan(doc: Mapping[str, Any]) -> str:
+    """``hosted_plan`` of a fleet host's plan report (plan.yml: plan, release, architecture)."""
+    return hosted_plan(
+        doc.get("plan"), str(doc.get("release") or ""), str(doc.get("architecture") or "")
+    )
 
 
 def uncovered(
     fleet: Mapping[str, Mapping[str, Any]], staged: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, list[str]]:
-    """The fleet's plans (``fleet``: plan.yml's reports by host, with ``release``) that no
-    staging host (``staged``: Contents.hosts) ran, each with its fleet hosts."""
+    """The fleet's plans (``fleet``: plan.yml's reports by host) that no staging host
+    (``staged``: Contents.hosts) ran, each with its fleet hosts."""
     have = {hosted_plan_of(summary) for summary in staged.values()}
     missing: dict[str, list[str]] = {}
     for host, doc in sorted(fleet.items()):
-        key = hosted_plan(doc.get("plan"), str(doc.get("release") or ""))
+        key = fleet_plan(doc)
         if key not in have:
             missing.setdefault(key, []).append(host)
     return missing
@@ -118,7 +130,10 @@ def uncovered(
 
 def hosted_plan_of(summary: Mapping[str, Any]) -> str:
     """``hosted_plan`` of a staging host's summary (Contents.hosts)."""
-    return f"{summary['plan']} ({summary['release'] or 'release unknown'})"
+    return (
+        f"{summary['plan']} ({summary['release'] or 'release unknown'}, "
+        f"{summary['architecture'] or 'architecture unknown'})"
+    )
 
 
 def merge(answers: Mapping[str, Mapping[str, Any]], plans: Mapping[str, Any]) -> Contents:
@@ -403,10 +418,7 @@ def build(out: Path, pip_python: str = sys.executable) -> dict[str, Any]:
         "collections": [tarball.name],
     }
     # The hosts this bundle was checked to provision (collect --fleet), with their plans.
-    manifest["fleet"] = {
-        host: hosted_plan(doc.get("plan"), str(doc.get("release") or ""))
-        for host, doc in fleet.items()
-    }
+    manifest["fleet"] = {host: fleet_plan(doc) for host, doc in fleet.items()}
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     sums = sorted(
         (str(p.relative_to(bundle)), sha256_file(p)) for p in bundle.rglob("*") if p.is_file()
@@ -447,8 +459,9 @@ def collect(inventory: str, limit: str, out: Path, extra: Sequence[str], fleet: 
     except LabError as exc:
         raise BundleError(str(exc)) from exc
     runs = [("bundle.yml", limit, out)]
+    # An earlier fleet's reports go even without --fleet: build checks what OUT/fleet holds.
+    shutil.rmtree(out / "fleet", ignore_errors=True)
     if fleet:
-        shutil.rmtree(out / "fleet", ignore_errors=True)
         runs.append(("plan.yml", fleet, out / "fleet"))
     env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), **os.environ}
     for name, pattern, reports in runs:

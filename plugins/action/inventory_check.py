@@ -185,11 +185,11 @@ HOSTNAME_RE = re.compile(
 )
 
 
-def _address_ok(text: str) -> bool:
-    # Bare: the roles bracket an IPv6 address themselves where a URL or host:port needs it
-    # (a bracketed bind address is not an address to bind to).
+def _address_ok(text: str, bracketed: bool = True) -> bool:
+    # `bracketed`: an IPv6 address may come as [::1] (a role that writes it into host:port
+    # forms as given); otherwise only bare (a role that brackets it itself, or binds to it).
     try:
-        ipaddress.ip_address(text)
+        ipaddress.ip_address(text.strip("[]") if bracketed else text)
     except ValueError:
         return bool(HOSTNAME_RE.match(text)) and not text.replace(".", "").isdigit()
     return True
@@ -260,10 +260,11 @@ def check_value(spec: Spec, value: Any) -> str | None:
             return "allowed: an absolute path on the host or a URL with a scheme (or empty)"
         if rules.get("nonempty") and not text:
             return "empty; allowed: a non-empty string"
-        if rules.get("address") and text and not _address_ok(text):
+        if rules.get("address") and text and not _address_ok(text, not rules.get("unbracketed")):
+            bare = ", without brackets" if rules.get("unbracketed") else ""
             return (
                 "is not an address; allowed: an IP address or a host name, without a port "
-                "(the port has its own variable), without brackets"
+                f"(the port has its own variable){bare}"
             )
         if rules.get("fingerprint") and text and not FINGERPRINT_RE.match("".join(text.split())):
             return (

@@ -282,6 +282,7 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
                                                     "lab_hostname": "offline-k40m",
                                                     "lab_s3_endpoint": f"http://{s3_address}:{s3_port}",
                                                     "gpuprov_bundle_url": url,
+                                                    "gpuprov_bundle_apt_foreign_sources": "replace",
                                                 }
                                             }
                                         }
@@ -318,30 +319,28 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     assert "No such file" in untouched, untouched
 
     # Another definition of the bundle's repository (an admin's, another key) and an index
-    # someone else set for pip: the first is moved aside when told (replace), the second is
-    # refused by default, before the host's sources change.
+    # someone else set for pip: the index is refused by default, before anything on the host
+    # changes (the admin's file stays, though the run may replace it); the file is moved aside
+    # by the converge below (gpuprov_bundle_apt_foreign_sources: replace in the inventory).
     admin_list = "/etc/apt/sources.list.d/admin-bundle.list"
     offline_lab.ssh(
         "offline-k40m",
         f"echo 'deb [signed-by=/etc/apt/keyrings/admin.gpg] {url}/apt /' > {admin_list} && "
-        "sed -i 's|^timeout = 60$|&\\nindex-url = https://devpi.example/simple/|' /etc/pip.conf",
+        "sed -i 's|^timeout = 60$|&\\nindex_url = https://devpi.example/simple/|' /etc/pip.conf",
     )
     foreign = lab.ansible_playbook(
-        *("playbooks/sources.yml", "-i", str(extra), "--limit", "offline-k40m"),
-        *("-e", "gpuprov_bundle_apt_foreign_sources=replace"),
+        *("playbooks/sources.yml", "-i", str(extra), "--limit", "offline-k40m")
     )
     assert foreign.returncode != 0, foreign.stdout[-3000:]
     assert (
-        "/etc/pip.conf sets index-url = https://devpi.example/simple/ (not the bundle's "
-        f"{url}/simple/): nothing was changed. Set gpuprov_bundle_pip_foreign_index: replace"
+        "/etc/pip.conf sets index-url = https://devpi.example/simple/ ([global] index_url) (not "
+        f"the bundle's {url}/simple/): nothing was changed. Set gpuprov_bundle_pip_foreign_index:"
     ) in _said(foreign.stdout), foreign.stdout[-3000:]
-    backups = offline_lab.ssh("offline-k40m", "ls /var/backups/gpuprov/apt-sources/").stdout
-    assert backups.split() == ["admin-bundle.list"], backups
     listed = offline_lab.ssh("offline-k40m", "ls /etc/apt/sources.list.d/").stdout
-    assert listed.split() == [], "moved aside, and the bundle's source not written yet"
+    assert listed.split() == ["admin-bundle.list"], listed
     pip_left = offline_lab.ssh(
         "offline-k40m",
-        "sed -i '/^index-url = https:\\/\\/devpi/d' /etc/pip.conf; cat /etc/pip.conf",
+        "sed -i '/^index_url = https:\\/\\/devpi/d' /etc/pip.conf; cat /etc/pip.conf",
     ).stdout
     assert pip_left == FOREIGN_PIP_CONF, pip_left
 
@@ -392,6 +391,8 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
         "offline-k40m", "grep -rh '^URIs:\\|^deb ' /etc/apt/sources.list.d/ || true"
     ).stdout.split("\n")
     assert [s for s in sources if s.strip()] == [f"URIs: {url}/apt"], sources
+    backups = offline_lab.ssh("offline-k40m", "ls /var/backups/gpuprov/apt-sources/").stdout
+    assert backups.split() == ["admin-bundle.list"], "the admin's definition, moved aside"
     pip_conf = offline_lab.ssh("offline-k40m", "cat /etc/pip.conf").stdout
     assert f"index-url = {url}/simple/" in pip_conf, pip_conf
     host = cache["ansible_host"]

@@ -272,7 +272,7 @@ def test_a_build_is_a_signed_apt_repository_and_a_pip_index(collected: dict[str,
     assert manifest["bytes"] == sum(
         p.stat().st_size for p in root.rglob("*") if p.is_file() and p.name not in SUMMARIES
     )
-    assert manifest["plans"]["driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm)"][
+    assert manifest["plans"]["driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm, amd64)"][
         "deb_bytes"
     ] == sum(d.stat().st_size for d in collected["debs"])
     assert manifest["debs"] == len(names)
@@ -324,19 +324,28 @@ PLAN_470 = {
     "torch": "2.0.1",
     "variant": "cu118",
 }
-STAGED_470 = {"plan": "driver 470, CUDA 11.4, torch 2.0.1+cu118", "release": "bookworm"}
+STAGED_470 = {
+    "plan": "driver 470, CUDA 11.4, torch 2.0.1+cu118",
+    "release": "bookworm",
+    "architecture": "amd64",
+}
 
 
 def test_a_fleet_plan_no_staging_host_ran_is_named_with_its_hosts() -> None:
+    """Covered means the same stack for the same release and architecture (dpkg's name for
+    Ansible's x86_64)."""
+    x86 = {"architecture": "x86_64"}
     fleet = {
-        "gpu-1": {"release": "bookworm", "plan": PLAN_470},
-        "gpu-2": {"release": "trixie", "plan": PLAN_470},  # the same stack, another release
-        "gpu-3": {"release": "bookworm", "plan": {**PLAN_470, "driver": {"branch": 535}}},
-        "gpu-4": {"release": "trixie", "plan": PLAN_470},
+        "gpu-1": {"release": "bookworm", "plan": PLAN_470, **x86},
+        "gpu-2": {"release": "trixie", "plan": PLAN_470, **x86},  # the stack, another release
+        "gpu-3": {"release": "bookworm", "plan": {**PLAN_470, "driver": {"branch": 535}}, **x86},
+        "gpu-4": {"release": "trixie", "plan": PLAN_470, **x86},
+        "gpu-5": {"release": "bookworm", "plan": PLAN_470, "architecture": "aarch64"},
     }
     assert bundle.uncovered(fleet, {"stage-a": STAGED_470}) == {
-        "driver 470, CUDA 11.4, torch 2.0.1+cu118 (trixie)": ["gpu-2", "gpu-4"],
-        "driver 535, CUDA 11.4, torch 2.0.1+cu118 (bookworm)": ["gpu-3"],
+        "driver 470, CUDA 11.4, torch 2.0.1+cu118 (trixie, amd64)": ["gpu-2", "gpu-4"],
+        "driver 535, CUDA 11.4, torch 2.0.1+cu118 (bookworm, amd64)": ["gpu-3"],
+        "driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm, arm64)": ["gpu-5"],
     }
     assert bundle.uncovered({"gpu-1": fleet["gpu-1"]}, {"stage-a": STAGED_470}) == {}
 
@@ -347,15 +356,17 @@ def test_a_build_for_a_fleet_it_cannot_provision_stops_before_downloading(
 ) -> None:
     out: Path = collected["out"]
     (out / "fleet" / "plan").mkdir(parents=True)
-    doc = {"host": "gpu-z", "release": "trixie", "plan": PLAN_470}
+    doc = {"host": "gpu-z", "release": "trixie", "architecture": "x86_64", "plan": PLAN_470}
     (out / "fleet" / "plan" / "gpu-z.json").write_text(json.dumps(doc))
-    with pytest.raises(bundle.BundleError, match=r"\(trixie\): gpu-z\)"):
+    with pytest.raises(bundle.BundleError, match=r"\(trixie, amd64\): gpu-z\)"):
         bundle.build(out)
     assert not (out / "cache").exists()
     doc["release"] = "bookworm"
     (out / "fleet" / "plan" / "gpu-z.json").write_text(json.dumps(doc))
     manifest = bundle.build(out)
-    assert manifest["fleet"] == {"gpu-z": "driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm)"}
+    assert manifest["fleet"] == {
+        "gpu-z": "driver 470, CUDA 11.4, torch 2.0.1+cu118 (bookworm, amd64)"
+    }
 
 
 @needs_repo_tools

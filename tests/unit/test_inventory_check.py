@@ -152,6 +152,9 @@ def test_good_values_pass() -> None:
         address = ANY_ADDRESS if bind else "::1"
         opened = {"jupyterlab_bind_address": address, **bind}
         assert check.check_host("h", opened, TABLE, REMOVED, MATRIX, SHARED) == []
+    # Serving writes its address into host:port forms as given: [::1] is its IPv6 form.
+    serving = {"model_serving_bind_address": "[::1]"}
+    assert check.check_host("h", serving, TABLE, REMOVED, MATRIX, SHARED) == []
     # A host without notebooks is not judged on the notebook's token.
     quiet = {"jupyterlab_method": "none", "jupyterlab_token": "changeme"}
     assert check.check_host("h", quiet, TABLE, REMOVED, MATRIX, SHARED) == []
