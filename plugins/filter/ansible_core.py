@@ -1,7 +1,9 @@
 # Copyright: gpuprov contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible filter: the oldest Python an ansible-core release runs its controller side on (used
-by roles/gpuprov_pull, whose hosts run ansible-pull, a controller, with their own Python)."""
+"""Ansible filters: the oldest Python an ansible-core release runs its controller side on, and
+the ansible-core release an Ansible community package is built on (used by roles/gpuprov_pull,
+whose hosts run ansible-pull, a controller, with their own Python and the releases the
+inventory pins)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ options:
     type: str
     required: true
 """
+# The second filter, gpuprov_ansible_core_needed: takes the Ansible community package's version
+# (C(12.3.0)) and an ansible-core version; returns the ansible-core minor release the package
+# depends on (C(2.19)) when the core version is not of it, else an empty string (also for a
+# package major the table does not know: nothing to check).
 
 # ansible-core minor release -> oldest controller Python. Source: the ansible-core support
 # matrix, https://docs.ansible.com/ansible/latest/reference_appendices/release_and_maintenance.html
@@ -39,13 +45,38 @@ CONTROLLER_PYTHON = {
     (2, 21): "3.12",
 }
 
+# Ansible community package major -> the ansible-core minor release it depends on. Source: the
+# "Core version dependency" column of ansible-documentation's release_and_maintenance.rst
+# (4.x 2.11 ... 12.x 2.19, 13.0.0 2.20); tests/unit/test_ansible_core_python.py checks the
+# installed package's own Requires-Dist.
+CORE_OF_PACKAGE = {major: (2, major + 7) for major in range(4, 14)}
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    parts = str(version).strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def core_needed(package_version: str, core_version: str) -> str:
+    """The ansible-core minor release Ansible ``package_version`` depends on when
+    ``core_version`` is not of it, else "" (see the module's comment)."""
+    parts = str(package_version).strip().split(".")
+    try:
+        needed = CORE_OF_PACKAGE.get(int(parts[0]))
+    except ValueError:
+        needed = None
+    if needed is None or _minor(core_version) == needed:
+        return ""
+    return f"{needed[0]}.{needed[1]}"
+
 
 def controller_python(version: str) -> str:
     """The oldest controller Python of ansible-core ``version`` (see DOCUMENTATION)."""
-    parts = str(version).strip().split(".")
-    try:
-        minor = (int(parts[0]), int(parts[1]))
-    except (IndexError, ValueError):
+    minor = _minor(version)
+    if minor is None:
         return ""
     if minor in CONTROLLER_PYTHON:
         return CONTROLLER_PYTHON[minor]
@@ -55,4 +86,7 @@ def controller_python(version: str) -> str:
 
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"gpuprov_ansible_core_python": controller_python}
+        return {
+            "gpuprov_ansible_core_python": controller_python,
+            "gpuprov_ansible_core_needed": core_needed,
+        }

@@ -252,8 +252,27 @@ def test_a_bad_schedule_is_refused_and_disabling_stops_the_timer_and_removes_sec
     bad = lab.ansible_playbook(*base, "-e", "gpuprov_pull_interval=soon")
     assert bad.returncode != 0
     assert 'gpuprov_pull_interval="soon" on ' in bad.stdout, bad.stdout[-3000:]
-    # A release whose controller needs a newer Python than the host's (Debian 12: 3.11).
-    newer = lab.ansible_playbook(*base, "-e", "gpuprov_pull_ansible_core_version=2.20.0")
+    # An ansible-core pin its Ansible package (12.x: ansible-core 2.19) does not go with: pip
+    # refused it after the venv was made (ResolutionImpossible); preflight does now.
+    pins = ("-e", "gpuprov_pull_ansible_core_version=2.20.0")
+    pair = lab.ansible_playbook(*base, *pins, "-e", "gpuprov_pull_ansible_version=12.3.0")
+    assert pair.returncode != 0
+    said = " ".join(pair.stdout.split())
+    wanted = "depends on ansible-core 2.19.x, not 2.20.0 (gpuprov_pull_ansible_core_version"
+    assert wanted in said, said[-3000:]
+    assert "| Install Ansible (the controller's releases)" not in said, said[-3000:]  # no pip
+    # A release pair whose controller needs a newer Python than the host's: Debian 12's 3.11
+    # (the trixie host has 3.13), refused in preflight before anything changes on that host.
+    bookworm = sorted(str(h) for h, hv in lab.hosts.items() if hv.get("lab_release") == "bookworm")
+    assert bookworm, "the lab has no Debian 12 host"
+    old_python = tmp_path / "pull_nodes_bookworm.yml"
+    old_python.write_text(yaml.safe_dump({"pull_nodes": {"hosts": {bookworm[0]: None}}}))
+    newer = lab.ansible_playbook(
+        "playbooks/pull.yml", "-i", str(old_python), "-l", bookworm[0],
+        "-e", "gpuprov_pull_repo_url=https://git.invalid/fleet.git",
+        "-e", "gpuprov_pull_ansible_core_version=2.20.0",
+        "-e", "gpuprov_pull_ansible_version=13.0.0",
+    )  # fmt: skip
     assert newer.returncode != 0
     said = " ".join(newer.stdout.split())
     assert "ansible-core 2.20.0 (gpuprov_pull_ansible_core_version, or the" in said, said[-3000:]
