@@ -52,30 +52,28 @@ CONTROLLER_PYTHON = {
 CORE_OF_PACKAGE = {major: (2, major + 7) for major in range(4, 14)}
 
 
-def _minor(version: str) -> tuple[int, int] | None:
+def _leading(version: str, count: int) -> tuple[int, ...] | None:
+    """The first ``count`` numbers of ``version`` (None when it has fewer, or is no version)."""
     parts = str(version).strip().split(".")
     try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
+        return tuple(int(part) for part in parts[:count]) if len(parts) >= count else None
+    except ValueError:
         return None
 
 
 def core_needed(package_version: str, core_version: str) -> str:
     """The ansible-core minor release Ansible ``package_version`` depends on when
     ``core_version`` is not of it, else "" (see the module's comment)."""
-    parts = str(package_version).strip().split(".")
-    try:
-        needed = CORE_OF_PACKAGE.get(int(parts[0]))
-    except ValueError:
-        needed = None
-    if needed is None or _minor(core_version) == needed:
+    major = _leading(package_version, 1)
+    needed = CORE_OF_PACKAGE.get(major[0]) if major else None
+    if needed is None or _leading(core_version, 2) == needed:
         return ""
     return f"{needed[0]}.{needed[1]}"
 
 
 def controller_python(version: str) -> str:
     """The oldest controller Python of ansible-core ``version`` (see DOCUMENTATION)."""
-    minor = _minor(version)
+    minor = _leading(version, 2)
     if minor is None:
         return ""
     if minor in CONTROLLER_PYTHON:
