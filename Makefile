@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-file .lab/$(LAB)/vault-password)
 
 .PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
-        lab-status site report check syntax \
+        lab-status lab-images site report check syntax \
         bench bench-site readme-table test-faults test-kernel ee bundle
 
 help:  ## list targets
@@ -70,7 +70,15 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-test: prereqs-test lint syntax unit test-lab  ## everything CI runs (the README's test command)
+# Lint, syntax and unit tests are single-threaded: two of them run side by side on two cores,
+# beside the build of the lab's images (debootstrap: mostly waiting on the archive); then the
+# lab tests. --output-sync keeps each target's output together.
+test: prereqs-test  ## everything CI runs (the README's test command)
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint syntax unit lab-images
+	$(MAKE) --no-print-directory test-lab
+
+lab-images: deps  ## build the lab's Debian images (for GPUPROV_LAB_HOSTS, default 'default')
+	$(BIN)/python scripts/lab.py images --hosts "$${GPUPROV_LAB_HOSTS:-default}"
 
 test-kernel: deps  ## kernel tier: real DKMS nvidia.ko for Debian 12's kernel, booted in QEMU TCG (slow, not in CI)
 	command -v qemu-system-x86_64 >/dev/null && command -v mkfs.ext4 >/dev/null || \

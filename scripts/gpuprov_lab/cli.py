@@ -32,6 +32,7 @@ from gpuprov_lab.common import (
     log,
 )
 from gpuprov_lab.engine import (
+    Docker,
     connect_engine,
     container_address,
     container_port,
@@ -111,6 +112,25 @@ def cmd_reset(args: argparse.Namespace, paths: LabPaths) -> int:
     return cmd_up(args, paths)
 
 
+def ensure_images(docker: Docker, hosts: Sequence[HostSpec], mirror: str) -> dict[str, str]:
+    """release -> image tag of every release the hosts and the mirror need, built side by
+    side where missing (each build holds its own lock)."""
+    releases = sorted({h.release for h in hosts} | {MIRROR_RELEASE})
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(releases)) as pool:
+        built = list(pool.map(lambda r: ensure_image(docker, r, mirror), releases))
+    return dict(zip(releases, built, strict=True))
+
+
+def cmd_images(args: argparse.Namespace, paths: LabPaths) -> int:
+    """Build the images `up --hosts SPEC` will need, and nothing else: `make test` builds
+    them beside the linters and unit tests."""
+    hosts = parse_hosts(args.hosts or "default", load_lab_data())
+    started = time.monotonic()
+    images = ensure_images(connect_engine(), hosts, args.mirror)
+    log(f"images {', '.join(sorted(images.values()))} ready in {time.monotonic() - started:.0f}s")
+    return 0
+
+
 def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
     data = load_lab_data()
     spec = args.hosts or current_hosts_spec(read_state(paths)) or "default"
@@ -126,11 +146,7 @@ def cmd_up(args: argparse.Namespace, paths: LabPaths) -> int:
     ensure_key(paths)
     pubkey = paths.key_file.with_suffix(".pub").read_text(encoding="utf-8")
 
-    releases = sorted({h.release for h in hosts} | {MIRROR_RELEASE})
-    # The releases' images side by side (each build holds its own lock).
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(releases)) as pool:
-        built = list(pool.map(lambda r: ensure_image(docker, r, args.mirror), releases))
-    images = dict(zip(releases, built, strict=True))
+    images = ensure_images(docker, hosts, args.mirror)
 
     net = network_name(paths.name)
     if not docker.exists("network", net):
@@ -420,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reset = sub.add_parser("reset", help="recreate HOST(s), keeping the other hosts")
     reset.add_argument("reset_hosts", nargs="+", metavar="HOST")
+    images = sub.add_parser("images", help="build the images up --hosts needs (nothing else)")
+    images.add_argument("--hosts", default=None, help="as for up (default: the preset 'default')")
+    images.add_argument("--mirror", default=os.environ.get("GPUPROV_LAB_MIRROR", DEFAULT_MIRROR))
     for p in (up, reset):
         p.add_argument("--mirror", default=os.environ.get("GPUPROV_LAB_MIRROR", DEFAULT_MIRROR))
         p.add_argument(
@@ -456,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = LabPaths(args.lab, args.inventory or default_inventory(args.lab))
     commands: dict[str, Callable[[argparse.Namespace, LabPaths], int]] = {
         "up": cmd_up,
+        "images": cmd_images,
         "site": cmd_site,
         "reset": cmd_reset,
         "down": cmd_down,

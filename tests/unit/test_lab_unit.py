@@ -524,6 +524,33 @@ def test_image_build_progress_names_the_latest_debootstrap_step() -> None:
     assert images.last_step("no steps yet\n") == ""
 
 
+@pytest.mark.parametrize(
+    ("spec", "releases"),
+    [
+        ("default", ["bookworm", "trixie"]),
+        ("small", ["bookworm"]),
+        ("trixie", ["bookworm", "trixie"]),
+    ],
+)
+def test_images_builds_what_up_will_need_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, spec: str, releases: list[str]
+) -> None:
+    """`lab.py images` (make test runs it beside the unit tests): the hosts' releases and the
+    mirror's (Debian 12), no host, network or state (no other Docker call)."""
+    built: list[str] = []
+
+    def ensure(_docker: object, release: str, mirror: str) -> str:
+        assert mirror == "http://mirror.example/debian"
+        built.append(release)
+        return f"img:{release}"
+
+    monkeypatch.setattr(cli, "ensure_image", ensure)
+    monkeypatch.setattr(cli, "connect_engine", lambda: object())
+    argv = ["--lab", "unit", "images", "--hosts", spec, "--mirror", "http://mirror.example/debian"]
+    assert cli.main(argv) == 0
+    assert sorted(built) == releases
+
+
 def test_a_missing_tool_is_one_line_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
