@@ -105,12 +105,12 @@ class Docker:
         stdin: bytes | None = None,
         timeout: float | None = 600,
     ) -> subprocess.CompletedProcess[bytes]:
+        # No input: /dev/null, never the caller's stdin (whose flags other programs share).
+        feed: dict[str, Any] = (
+            {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
+        )
         proc = subprocess.run(
-            [self.binary, *args],
-            input=stdin,
-            capture_output=True,
-            check=False,
-            timeout=timeout,
+            [self.binary, *args], capture_output=True, check=False, timeout=timeout, **feed
         )
         if check and proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip()

@@ -6,6 +6,7 @@ import dataclasses
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -105,6 +106,9 @@ def ansible_env(lab: str, base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def log_run(
     runs: Path,
     argv: Sequence[str],
@@ -118,13 +122,14 @@ def log_run(
     for it in `runs`/index.txt, so a failed run can be read after the fact and where the time
     went is on disk. rc None: the run was cut off (timeout). Returns the log's path."""
     runs.mkdir(parents=True, exist_ok=True)
-    number = len(list(runs.glob("*.log"))) + 1
     text = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (out, err)]
-    log = runs / f"{number:03d}.log"
-    log.write_text(
-        f"# {' '.join(argv)}\n# {label}\n# rc={rc} {seconds:.0f}s\n{text[0]}\n{text[1]}",
-        encoding="utf-8",
-    )
-    with (runs / "index.txt").open("a", encoding="utf-8") as index:
-        index.write(f"{number:03d} rc={rc} {seconds:6.0f}s {label} :: {' '.join(argv[3:])}\n")
+    with _LOG_LOCK:  # runs from two threads (a test and one it started) take distinct numbers
+        number = len(list(runs.glob("*.log"))) + 1
+        log = runs / f"{number:03d}.log"
+        log.write_text(
+            f"# {' '.join(argv)}\n# {label}\n# rc={rc} {seconds:.0f}s\n{text[0]}\n{text[1]}",
+            encoding="utf-8",
+        )
+        with (runs / "index.txt").open("a", encoding="utf-8") as index:
+            index.write(f"{number:03d} rc={rc} {seconds:6.0f}s {label} :: {' '.join(argv[3:])}\n")
     return log

@@ -57,6 +57,12 @@ class Lab:
     groups: dict[str, list[str]]
     # The operator's shell (operator_shell) the session's `lab.py up` ran in.
     operator_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # For a Lab used beside the running test (a background thread, test_offline_bundle.py):
+    # the environment its Ansible runs start from (None: this process's, which a test's
+    # monkeypatch may change meanwhile) and the label of its runs in runs/index.txt (empty:
+    # the running test's id).
+    base_env: dict[str, str] | None = None
+    run_label: str = ""
 
     def lab_py(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -71,7 +77,18 @@ class Lab:
     ) -> subprocess.CompletedProcess[str]:
         """Run a shell command on a host over SSH (the generated key, strict known_hosts)."""
         argv = ssh_argv(self.hosts[host], command)
-        return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
+        # stdin: /dev/null, not the session's. ssh makes its stdin non-blocking while it runs,
+        # and that flag is on the open file, shared: an ansible-playbook started meanwhile
+        # with the same stdin (a test beside test_offline_bundle.py's background run) refuses
+        # to start ("Ansible requires blocking IO on stdin").
+        return subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+        )
 
     def settle(self, host: str, timeout: float = 300) -> None:
         """Wait until a (re)started host answers SSH and its boot has settled: `systemctl
@@ -157,7 +174,7 @@ class Lab:
         exe = ansible_tool(tool)
         # ansible.cfg, a fact cache of this lab's own (labs reuse host names, and one jsonfile
         # cache would hand one lab's facts to another) and the lab's vault.
-        env = ansible_env(self.name)
+        env = ansible_env(self.name, self.base_env)
         argv = [exe, "-i", str(self.inventory), *args]
         started = time.monotonic()
         rc: int | None = None
@@ -166,6 +183,7 @@ class Lab:
         try:
             proc = subprocess.run(
                 argv,
+                stdin=subprocess.DEVNULL,  # as for ssh: its own, blocking stdin
                 capture_output=True,
                 text=True,
                 check=False,
@@ -179,7 +197,8 @@ class Lab:
             raise
         finally:
             seconds = time.monotonic() - started
-            log_run(RUNS / self.name / "runs", argv, rc, seconds, out, err, _test())
+            label = self.run_label or _test()
+            log_run(RUNS / self.name / "runs", argv, rc, seconds, out, err, label)
         if check:
             proc.check_returncode()
         return proc
@@ -191,13 +210,25 @@ def _test() -> str:
 
 
 # Lab test modules that must run first in the session, in this order: test_site.py starts
-# with `site.yml --check` on fresh hosts, before any other module provisions them.
-FIRST_MODULES = ("test_site.py",)
+# with `site.yml --check` on fresh hosts, before any other module provisions them; then
+# test_offline_bundle.py builds its bundle from a converged host and starts its offline host's
+# converge in the background (JOINS below).
+FIRST_MODULES = ("test_site.py", "test_offline_bundle.py")
 # ... and last: test_pull.py converges the trixie host by itself (its timer disabled after),
 # the fault suite breaks and repairs one converged host (after the modules that
 # need the whole lab converged), then test_lab_ops.py replaces and re-publishes hosts, losing
 # their provisioning.
 LAST_MODULES = ("test_pull.py", "test_faults.py", "test_lab_ops.py")
+# Tests that wait for work an earlier test started in the background, and the module they
+# run just before: test_offline_bundle.py's first test starts the offline host's converge
+# (one host: about one core of the two) right after test_site.py; the modules between run
+# beside it, and the fault suite (which cuts the lab's mirror) waits for it.
+JOINS = {
+    (
+        "test_offline_bundle.py",
+        "test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle",
+    ): "test_faults.py",
+}
 # The collected tests marked `lab` (their ids), and those of them that skipped, as (test id,
 # reason): judged at the end of the session (pytest_sessionfinish). A test's keywords would
 # not do: they hold its directory's name, "lab", too.
@@ -208,16 +239,22 @@ SKIPPED: list[tuple[str, str]] = []
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the `lab` fixture with `lab` (deselect: -m 'not lab').
 
-    Then order the lab tests: FIRST_MODULES first, LAST_MODULES last (a stable sort keeps
-    each module's own order).
+    Then order the lab tests: FIRST_MODULES first, LAST_MODULES last, each of JOINS just
+    before its module (a stable sort keeps each module's own order).
     """
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
             LAB_TESTS.add(item.nodeid)
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> float:
         name = item.path.name
+        before = JOINS.get((name, item.name))
+        if before is not None:
+            return rank_of(before) - 0.5
+        return rank_of(name)
+
+    def rank_of(name: str) -> float:
         if name in FIRST_MODULES:
             return FIRST_MODULES.index(name)
         if name in LAST_MODULES:

@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +56,39 @@ for target in [("1.1.1.1", 80), ("deb.debian.org", 80), ("pypi.org", 443)]:
     except OSError as exc:
         print("unreachable", target, exc)
 """
+
+
+# The offline host's steps run in the background; the test that waits for them gives up after
+# this long (its converge takes 4-8 minutes on the 2-core development machine).
+JOIN_TIMEOUT = 3600
+DPKG = "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}=${Version}\\n'"
+FREEZE = "/opt/gpuprov/venv/bin/pip list --format=freeze"
+
+
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """What the staging host had installed when its bundle was built."""
+
+    debs: set[str]
+    freeze: list[str]
+
+
+def _freeze(lab: Lab, host: str) -> list[str]:
+    """The main environment's packages, name==version, sorted."""
+    return sorted(lab.ssh(host, FREEZE).stdout.split())
+
+
+def lab_image(lab: Lab, host: str) -> str:
+    """The lab image a host was made from (its container's gpuprov.image label)."""
+    return subprocess.run(
+        [
+            *("docker", "inspect", "-f", '{{index .Config.Labels "gpuprov.image"}}'),
+            str(lab.hosts[host]["lab_container"]),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def _installed(dpkg_lines: str) -> set[str]:
@@ -143,23 +178,37 @@ class OfflineNet:
         self.docker.run(["network", "rm", self.name], check=False)
 
 
-@pytest.fixture
-def offline_net(lab: Lab, tmp_path: Path) -> Iterator[OfflineNet]:
+@dataclasses.dataclass
+class Background:
+    """The offline host's part of this test (steps 2-6), run in a thread beside the modules
+    that follow (conftest.JOINS): one host's converge keeps about one of the machine's two
+    cores busy, so the lab's other modules use the other. `notes`: what it printed."""
+
+    thread: threading.Thread
+    notes: list[str] = dataclasses.field(default_factory=list)
+    error: BaseException | None = None
+
+
+@pytest.fixture(scope="session")
+def offline_run(lab: Lab) -> Iterator[dict[str, Background]]:
+    """Where the first test leaves its background run for the second; at the session's end
+    (before the lab goes down) a run nobody waited for is waited for."""
+    runs: dict[str, Background] = {}
+    yield runs
+    for background in runs.values():
+        background.thread.join(timeout=JOIN_TIMEOUT)
+
+
+def _offline_net(lab: Lab, tmp: Path) -> OfflineNet:
     docker = connect_engine()
     name = f"{lab.name}-offline"
     docker.run(["network", "rm", name], check=False)
     label = f"{lab_hosts.LABEL}={lab.name}"
     docker.run(["network", "create", "--internal", "--label", label, name])
-    net = OfflineNet(docker, lab, name, tmp_path)
-    try:
-        yield net
-    finally:
-        net.close()
+    return OfflineNet(docker, lab, name, tmp)
 
 
-def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
-    lab: Lab, offline_net: OfflineNet, tmp_path: Path
-) -> None:
+def _staging_host(lab: Lab) -> str:
     staging_hosts = [
         h
         for h, v in lab.hosts.items()
@@ -167,7 +216,14 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     ]
     if not staging_hosts:
         pytest.skip("needs a Debian 12 K40m node")
-    staging = staging_hosts[0]
+    return staging_hosts[0]
+
+
+def test_a_converged_hosts_bundle_is_built_and_an_offline_host_starts_from_it(
+    lab: Lab, offline_run: dict[str, Background], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    staging = _staging_host(lab)
+    tmp_path = tmp_path_factory.mktemp("offline")
 
     # 1. Collect what the converged staging host installed; build the bundle (twice).
     out = tmp_path / "out"
@@ -186,11 +242,11 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     )
     manifest = bundle.build(out)
     assert manifest["fleet"] == {staging: next(iter(manifest["plans"]))}, manifest["plans"]
-    print(
-        f"\nbundle of {staging}: {manifest['debs']} packages, {manifest['wheels']} wheels, "
+    notes = [
+        f"bundle of {staging}: {manifest['debs']} packages, {manifest['wheels']} wheels, "
         f"{manifest['bytes'] / 1e6:.0f} MB, fetched {manifest['fetched_bytes'] / 1e6:.0f} MB "
         f"in {manifest['build_seconds']} s; plans {json.dumps(manifest['plans'])}"
-    )
+    ]
     assert manifest["not_downloadable"] == {}
     again = bundle.build(out)
     assert again["fetched_bytes"] == 0, "a second build downloads nothing"
@@ -213,19 +269,70 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     )
     assert resolved.returncode == 0, resolved.stderr[-3000:]
 
+    # What the staging host has now: the offline host must end with the same (the modules
+    # that run beside it may change the staging host meanwhile).
+    staged = Staged(_installed(lab.ssh(staging, DPKG).stdout), _freeze(lab, staging))
+    image = lab_image(lab, staging)
+
+    # 2-6 in the background (Background), beside the modules up to the fault suite: its own
+    # environment (a test's monkeypatch must not reach its runs) and report directory.
+    background_lab = dataclasses.replace(
+        lab, base_env=dict(os.environ), run_label="test: offline host (background)"
+    )
+    net = _offline_net(lab, tmp_path)
+
+    def run() -> None:
+        try:
+            _offline_host(background_lab, net, staging, image, out, staged, tmp_path, notes)
+        except BaseException as exc:  # handed to the test that waits (re-raised there)
+            offline_run["run"].error = exc
+        finally:
+            net.close()
+
+    offline_run["run"] = Background(threading.Thread(target=run, daemon=True), notes)
+    offline_run["run"].thread.start()
+
+
+def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
+    lab: Lab, offline_run: dict[str, Background], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Waits for the run the test above started (steps 2-6) and fails as it failed."""
+    _staging_host(lab)
+    background = offline_run.get("run")
+    if background is None:
+        pytest.fail("the offline host's run did not start: the test before this one failed")
+    started = time.monotonic()
+    background.thread.join(timeout=JOIN_TIMEOUT)
+    with capsys.disabled():
+        print(
+            f"\n[offline] waited {time.monotonic() - started:.0f} s for the background run; "
+            + "; ".join(background.notes),
+            flush=True,
+        )
+    assert not background.thread.is_alive(), f"still running after {JOIN_TIMEOUT} s"
+    if background.error is not None:
+        raise background.error
+
+
+def _offline_host(
+    lab: Lab,
+    net: OfflineNet,
+    staging: str,
+    image: str,
+    out: Path,
+    staged: Staged,
+    tmp_path: Path,
+    notes: list[str],
+) -> None:
+    """Steps 2-6: the offline network, the cache host serving the bundle, the offline host's
+    --check and its converge from the bundle alone, then again. ``lab``'s runs write their
+    reports under ``tmp_path`` (the lab's own report directory is the running modules')."""
+    reports = ("-e", f"gpuprov_report_dir={tmp_path / 'reports'}")
     # 2. The offline network: a cache host and a fresh host of the staging host's image and
     # profile; the lab's S3 server joins it (the storage role's endpoint).
-    image = offline_net.docker.out(
-        [
-            "inspect",
-            "-f",
-            '{{index .Config.Labels "gpuprov.image"}}',
-            str(lab.hosts[staging]["lab_container"]),
-        ]
-    ).strip()
-    cache = offline_net.host("bundle-cache", "cpu", image)
-    offline = offline_net.host("offline-k40m", str(lab.hosts[staging]["lab_profile"]), image)
-    s3_address = offline_net.connect(s3lab.s3_name(lab.name))
+    cache = net.host("bundle-cache", "cpu", image)
+    offline = net.host("offline-k40m", str(lab.hosts[staging]["lab_profile"]), image)
+    s3_address = net.connect(s3lab.s3_name(lab.name))
     offline_lab = dataclasses.replace(
         lab, hosts={**lab.hosts, "bundle-cache": cache, "offline-k40m": offline}
     )
@@ -301,7 +408,8 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     # host says what it would write, fails nowhere and changes nothing; its package roles are
     # not predicted (their packages have no source yet), and it says why.
     first_check = lab.ansible_playbook(
-        *("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", "--check", "--diff")
+        *("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", "--check", "--diff"),
+        *reports,
     )
     assert first_check.returncode == 0, first_check.stdout[-6000:] + first_check.stderr[-2000:]
     assert _recap(first_check.stdout, "offline-k40m")["failed"] == 0, first_check.stdout[-6000:]
@@ -329,7 +437,7 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
         "sed -i 's|^timeout = 60$|&\\nindex_url = https://devpi.example/simple/|' /etc/pip.conf",
     )
     foreign = lab.ansible_playbook(
-        *("playbooks/sources.yml", "-i", str(extra), "--limit", "offline-k40m")
+        *("playbooks/sources.yml", "-i", str(extra), "--limit", "offline-k40m"), *reports
     )
     assert foreign.returncode != 0, foreign.stdout[-3000:]
     assert (
@@ -361,12 +469,12 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
     )
     assert left.returncode == 0, (left.returncode, left.stdout, left.stderr)
     served = lab.ansible_playbook(
-        "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache"
+        "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache", *reports
     )
     assert served.returncode == 0, served.stdout[-4000:] + served.stderr[-2000:]
     assert _recap(served.stdout, "bundle-cache")["failed"] == 0
     again_served = lab.ansible_playbook(
-        "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache"
+        "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache", *reports
     )
     assert _recap(again_served.stdout, "bundle-cache")["changed"] == 0, again_served.stdout[-3000:]
     unit = offline_lab.ssh(
@@ -378,11 +486,13 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
 
     # 5. The offline host converges site.yml from the bundle alone.
     started = time.monotonic()
-    run = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
+    run = lab.ansible_playbook(
+        "playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", *reports
+    )
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     recap = _recap(run.stdout, "offline-k40m")
-    print(f"offline converge of offline-k40m: {seconds:.0f} s, {recap}")
+    notes.append(f"offline converge of offline-k40m: {seconds:.0f} s, {recap}")
     assert recap["failed"] == 0
     assert recap["unreachable"] == 0
 
@@ -401,26 +511,30 @@ def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
 
     # What it installed is what the staging host has, at the same versions; the main
     # environment is the same pip freeze; torch imports.
-    dpkg = "dpkg-query -W -f '${db:Status-Abbrev}\\t${binary:Package}=${Version}\\n'"
-    have = _installed(offline_lab.ssh("offline-k40m", dpkg).stdout)
-    staged = _installed(lab.ssh(staging, dpkg).stdout)
-    assert have <= staged, sorted(have - staged)
+    have = _installed(offline_lab.ssh("offline-k40m", DPKG).stdout)
+    assert have <= staged.debs, sorted(have - staged.debs)
     key_packages = ["docker.io", "nvidia-container-toolkit", "openmpi-bin"]
     key_packages += ["openjdk-17-jre-headless"]
     for package in key_packages:
         assert any(p.startswith(package + "=") for p in have), package
-    freeze = "/opt/gpuprov/venv/bin/pip list --format=freeze"
-    assert sorted(offline_lab.ssh("offline-k40m", freeze).stdout.split()) == sorted(
-        lab.ssh(staging, freeze).stdout.split()
-    )
+    assert _freeze(offline_lab, "offline-k40m") == staged.freeze
 
     # 6. Again: nothing changes.
-    rerun = lab.ansible_playbook("playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m")
+    rerun = lab.ansible_playbook(
+        "playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", *reports
+    )
     assert rerun.returncode == 0, rerun.stdout[-4000:]
     assert _recap(rerun.stdout, "offline-k40m")["changed"] == 0, rerun.stdout[-5000:]
     # And --check --diff says so too (the client's key is read, not fetched as a change).
     checked = lab.ansible_playbook(
-        "playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", "--check", "--diff"
+        "playbooks/site.yml",
+        "-i",
+        str(extra),
+        "--limit",
+        "offline-k40m",
+        "--check",
+        "--diff",
+        *reports,
     )
     assert checked.returncode == 0, checked.stdout[-4000:]
     assert _recap(checked.stdout, "offline-k40m")["changed"] == 0, checked.stdout[-5000:]
