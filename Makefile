@@ -77,7 +77,7 @@ test: prereqs-test  ## everything CI runs (the README's test command)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint syntax unit lab-images
 	$(MAKE) --no-print-directory test-lab
 
-lab-images: deps  ## build the lab's Debian images (for GPUPROV_LAB_HOSTS, default 'default')
+lab-images: venv  ## build the lab's Debian images (for GPUPROV_LAB_HOSTS, default 'default')
 	$(BIN)/python scripts/lab.py images --hosts "$${GPUPROV_LAB_HOSTS:-default}"
 
 test-kernel: deps  ## kernel tier: real DKMS nvidia.ko for Debian 12's kernel, booted in QEMU TCG (slow, not in CI)

@@ -438,9 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("reset_hosts", nargs="+", metavar="HOST")
     images = sub.add_parser("images", help="build the images up --hosts needs (nothing else)")
     images.add_argument("--hosts", default=None, help="as for up (default: the preset 'default')")
-    images.add_argument("--mirror", default=os.environ.get("GPUPROV_LAB_MIRROR", DEFAULT_MIRROR))
-    for p in (up, reset):
+    for p in (up, reset, images):
         p.add_argument("--mirror", default=os.environ.get("GPUPROV_LAB_MIRROR", DEFAULT_MIRROR))
+    for p in (up, reset):
         p.add_argument(
             "--ca-bundle",
             default=DEFAULT_CA_BUNDLE,

@@ -78,19 +78,6 @@ def _freeze(lab: Lab, host: str) -> list[str]:
     return sorted(lab.ssh(host, FREEZE).stdout.split())
 
 
-def lab_image(lab: Lab, host: str) -> str:
-    """The lab image a host was made from (its container's gpuprov.image label)."""
-    return subprocess.run(
-        [
-            *("docker", "inspect", "-f", '{{index .Config.Labels "gpuprov.image"}}'),
-            str(lab.hosts[host]["lab_container"]),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-
-
 def _installed(dpkg_lines: str) -> set[str]:
     """name=version of installed packages (status letter `i`: ii, and hi when held)."""
     found = set()
@@ -199,8 +186,7 @@ def offline_run(lab: Lab) -> Iterator[dict[str, Background]]:
         background.thread.join(timeout=JOIN_TIMEOUT)
 
 
-def _offline_net(lab: Lab, tmp: Path) -> OfflineNet:
-    docker = connect_engine()
+def _offline_net(docker: Docker, lab: Lab, tmp: Path) -> OfflineNet:
     name = f"{lab.name}-offline"
     docker.run(["network", "rm", name], check=False)
     label = f"{lab_hosts.LABEL}={lab.name}"
@@ -272,14 +258,22 @@ def test_a_converged_hosts_bundle_is_built_and_an_offline_host_starts_from_it(
     # What the staging host has now: the offline host must end with the same (the modules
     # that run beside it may change the staging host meanwhile).
     staged = Staged(_installed(lab.ssh(staging, DPKG).stdout), _freeze(lab, staging))
-    image = lab_image(lab, staging)
+    docker = connect_engine()
+    image = docker.out(
+        [
+            "inspect",
+            "-f",
+            '{{index .Config.Labels "gpuprov.image"}}',
+            str(lab.hosts[staging]["lab_container"]),
+        ]
+    )
 
     # 2-6 in the background (Background), beside the modules up to the fault suite: its own
     # environment (a test's monkeypatch must not reach its runs) and report directory.
     background_lab = dataclasses.replace(
         lab, base_env=dict(os.environ), run_label="test: offline host (background)"
     )
-    net = _offline_net(lab, tmp_path)
+    net = _offline_net(docker, lab, tmp_path)
 
     def run() -> None:
         try:
