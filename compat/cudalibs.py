@@ -170,7 +170,7 @@ def library_coverage(libs: Sequence[CudaLibrary], cc: tuple[int, int]) -> list[L
     """Judge every library that carries kernels for a GPU of capability ``cc``."""
     out = []
     for lib in libs:
-        if not lib.containers:
+        if not lib.sass and not lib.ptx:  # no containers, or LTO-IR alone: nothing to run
             continue
         found = rules.coverage(tuple(lib.sass), tuple(lib.ptx), cc)
         kind, entry = found if found is not None else ("none", None)

@@ -8,9 +8,18 @@ Standard library only.  The layout (measured on real PyTorch wheels):
   ``u16 version``, ``u16 header size``, ``u64 size`` of the entries that follow.
   Containers are 8-byte aligned and may be separated by zero padding.
 * Entry header (its size is a field; 64 bytes, larger for newer targets):
-  ``u16 kind`` at 0 (1 PTX, 2 ELF/SASS), ``u32 header size`` at 4,
+  ``u16 kind`` at 0 (1 PTX, 2 ELF/SASS, 8 LTO-IR), ``u32 header size`` at 4,
   ``u64 payload size`` at 8, ``u32 arch`` at 28 (``major * 10 + minor``),
   ``u64 flags`` at 40.  The entries of a container fill it exactly.
+  Kind 8 (measured in cuFFT 12.0.0.61, libcufft.so.12 of the nvidia-cufft wheel): a
+  128-byte header carrying NVVM options (``-ftz=0 -prec_div=1 -prec_sqrt=1 -fmad=1``),
+  link-time-optimisation IR that nvJitLink compiles at run time.  It is read and named
+  (``lto_75``) but is no kernel image: it never counts as coverage (``Container.archs``).
+* Libraries that load their own kernels (cuFFT) keep containers outside ``.nv_fatbin``,
+  in data sections (``.ldata`` of libraries built with a large code model).  Those
+  sections are searched for the container magic; a candidate counts only when its
+  header and entries parse exactly, so bytes that merely look like the magic are skipped.
+  Without this, libcufft.so.12 showed one container (SASS sm_75) of its 11,000+.
 
 Nothing is decompressed: only the headers are read, so an mmap of a 500 MB
 library touches a few pages per entry.
@@ -18,6 +27,7 @@ library touches a few pages per entry.
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import struct
 from collections.abc import Iterator
@@ -36,6 +46,7 @@ __all__ = [
     "elf_sections",
     "find_section",
     "iter_containers",
+    "iter_embedded",
     "scan_file",
 ]
 
@@ -45,6 +56,9 @@ RELFATBIN_SECTION = "__nv_relfatbin"
 
 KIND_PTX = 1
 KIND_ELF = 2
+KIND_LTO = 8
+# Sections where a library keeps fatbins it loads itself (cuModuleLoadData and friends).
+EMBEDDED_SECTIONS = (".rodata", ".lrodata", ".data", ".ldata", ".data.rel.ro")
 
 FLAG_COMPRESSED_LZ4 = 0x2000
 FLAG_COMPRESSED_ZSTD = 0x8000
@@ -57,7 +71,9 @@ _ALIGN = 8
 _DROP_EVERY = 8 << 20
 _MADV_DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
-Kind = Literal["sass", "ptx"]
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+Searchable = bytes | bytearray | mmap.mmap  # Buffer with .find()
+Kind = Literal["sass", "ptx", "lto"]
 Suffix = Literal["", "a", "f"]
 
 
@@ -101,8 +117,9 @@ class Container:
 
     @property
     def archs(self) -> frozenset[str]:
-        """The arch names (``sm_90a``, ``compute_80``) of the entries."""
-        return frozenset(arch_name(e) for e in self.entries)
+        """The arch names (``sm_90a``, ``compute_80``) of the SASS and PTX entries: what a
+        GPU can run.  LTO-IR entries are left out (no kernel image until nvJitLink)."""
+        return frozenset(arch_name(e) for e in self.entries if e.kind != "lto")
 
 
 @dataclass(frozen=True)
@@ -114,8 +131,8 @@ class ElfSection:
 
 
 def arch_name(entry: Entry) -> str:
-    """``sm_90a`` for a SASS entry, ``compute_80`` for a PTX entry."""
-    prefix = "sm" if entry.kind == "sass" else "compute"
+    """``sm_90a`` for a SASS entry, ``compute_80`` for a PTX entry, ``lto_75`` for LTO-IR."""
+    prefix = {"sass": "sm", "ptx": "compute", "lto": "lto"}[entry.kind]
     return f"{prefix}_{entry.arch}{entry.suffix}"
 
 
@@ -128,7 +145,7 @@ _SHT_NOBITS = 8
 _SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
 
 
-def elf_sections(buf: bytes | bytearray | memoryview | mmap.mmap) -> list[ElfSection]:
+def elf_sections(buf: Buffer) -> list[ElfSection]:
     """The section headers of a little-endian ELF64 file held in ``buf``."""
     size = len(buf)
     if size < 64 or bytes(buf[0:4]) != _ELF_MAGIC:
@@ -176,9 +193,7 @@ def elf_sections(buf: bytes | bytearray | memoryview | mmap.mmap) -> list[ElfSec
     return sections
 
 
-def find_section(
-    buf: bytes | bytearray | memoryview | mmap.mmap, name: str = FATBIN_SECTION
-) -> ElfSection | None:
+def find_section(buf: Buffer, name: str = FATBIN_SECTION) -> ElfSection | None:
     """The first section called ``name`` holding data, or None."""
     for section in elf_sections(buf):
         if section.name == name and section.type != _SHT_NOBITS:
@@ -189,7 +204,7 @@ def find_section(
 # ---------------------------------------------------------------- containers
 
 
-def _parse_entry(buf: bytes | bytearray | memoryview | mmap.mmap, at: int, end: int) -> Entry:
+def _parse_entry(buf: Buffer, at: int, end: int) -> Entry:
     if at + _ENTRY_MIN_SIZE > end:
         raise FatbinError("truncated fatbin entry header", at)
     kind_code, header_size, payload_size = struct.unpack_from("<HxxIQ", buf, at)
@@ -202,6 +217,8 @@ def _parse_entry(buf: bytes | bytearray | memoryview | mmap.mmap, at: int, end: 
         kind = "ptx"
     elif kind_code == KIND_ELF:
         kind = "sass"
+    elif kind_code == KIND_LTO:
+        kind = "lto"
     else:
         raise FatbinError(f"unknown fatbin entry kind {kind_code}", at)
     suffix: Suffix = ""
@@ -221,53 +238,59 @@ def _parse_entry(buf: bytes | bytearray | memoryview | mmap.mmap, at: int, end: 
     )
 
 
-def _iter_raw(
-    buf: bytes | bytearray | memoryview | mmap.mmap, start: int, end: int
-) -> Iterator[Container]:
+def _parse_container(buf: Buffer, at: int, end: int) -> Container:
+    """The container whose header (magic already checked) is at ``at``; it must end by ``end``."""
+    _, version, header_size, size = _CONTAINER_HEADER.unpack_from(buf, at)
+    if header_size < _CONTAINER_HEADER.size:
+        raise FatbinError(f"fatbin container header size {header_size} is too small", at)
+    body = at + header_size
+    stop = body + size
+    if stop > end:
+        raise FatbinError(
+            f"fatbin container size {size} runs past the end of the section "
+            f"({stop - end} bytes too many)",
+            at,
+        )
+    entries = []
+    pos = body
+    while pos < stop:
+        try:
+            entry = _parse_entry(buf, pos, stop)
+        except FatbinError as exc:
+            raise FatbinError(
+                f"fatbin container size {size} does not match its entries "
+                f"(entries up to here sum to {pos - body}): {exc}",
+                at,
+            ) from exc
+        pos += entry.header_size + entry.payload_size
+        if pos > stop:
+            raise FatbinError(
+                f"fatbin container size {size} does not match its entries "
+                f"(they sum to at least {pos - body})",
+                at,
+            )
+        entries.append(entry)
+    return Container(
+        offset=at, version=version, header_size=header_size, size=size, entries=tuple(entries)
+    )
+
+
+def _iter_raw(buf: Buffer, start: int, end: int) -> Iterator[Container]:
     at = start
     while at < end:
         if end - at < _CONTAINER_HEADER.size:
             if any(buf[at:end]):
                 raise FatbinError("trailing bytes after the last fatbin container", at)
             return
-        magic, version, header_size, size = _CONTAINER_HEADER.unpack_from(buf, at)
+        (magic,) = struct.unpack_from("<I", buf, at)
         if magic != FATBIN_MAGIC:
             if magic == 0 and not any(buf[at : at + _ALIGN]):
                 at += _ALIGN  # zero padding between containers
                 continue
             raise FatbinError(f"bad fatbin container magic {magic:#010x}", at)
-        if header_size < _CONTAINER_HEADER.size:
-            raise FatbinError(f"fatbin container header size {header_size} is too small", at)
-        body = at + header_size
-        stop = body + size
-        if stop > end:
-            raise FatbinError(
-                f"fatbin container size {size} runs past the end of the section "
-                f"({stop - end} bytes too many)",
-                at,
-            )
-        entries = []
-        pos = body
-        while pos < stop:
-            try:
-                entry = _parse_entry(buf, pos, stop)
-            except FatbinError as exc:
-                raise FatbinError(
-                    f"fatbin container size {size} does not match its entries "
-                    f"(entries up to here sum to {pos - body}): {exc}",
-                    at,
-                ) from exc
-            pos += entry.header_size + entry.payload_size
-            if pos > stop:
-                raise FatbinError(
-                    f"fatbin container size {size} does not match its entries "
-                    f"(they sum to at least {pos - body})",
-                    at,
-                )
-            entries.append(entry)
-        yield Container(
-            offset=at, version=version, header_size=header_size, size=size, entries=tuple(entries)
-        )
+        container = _parse_container(buf, at, end)
+        yield container
+        stop = at + container.header_size + container.size
         at = stop
         if at % _ALIGN:
             pad = _ALIGN - at % _ALIGN
@@ -277,7 +300,7 @@ def _iter_raw(
 
 
 def iter_containers(
-    buf: bytes | bytearray | memoryview | mmap.mmap,
+    buf: Buffer,
     start: int = 0,
     end: int | None = None,
 ) -> Iterator[Container]:
@@ -300,21 +323,45 @@ def iter_containers(
     yield from _iter_raw(buf, start, end)
 
 
-def scan_file(path: str | Path) -> list[Container] | None:
-    """The containers of the ELF file at ``path``; None when it has no ``.nv_fatbin``.
+def iter_embedded(buf: Searchable) -> Iterator[Container]:
+    """Yield the containers a library keeps in its data sections (``EMBEDDED_SECTIONS``),
+    with file offsets: every place the container magic occurs whose header and entries
+    parse exactly; anything else there is data that only looks like the magic."""
+    if bytes(buf[0:4]) != _ELF_MAGIC:
+        return
+    magic = struct.pack("<I", FATBIN_MAGIC)
+    for section in elf_sections(buf):
+        if section.name not in EMBEDDED_SECTIONS or section.type == _SHT_NOBITS:
+            continue
+        at, end = section.offset, section.offset + section.size
+        while (at := buf.find(magic, at, end)) >= 0:
+            if end - at < _CONTAINER_HEADER.size:
+                break
+            try:
+                container = _parse_container(buf, at, end)
+            except FatbinError:
+                at += 1
+                continue
+            yield container
+            at += container.header_size + container.size
 
-    The file is mmapped; only the headers are touched.
+
+def scan_file(path: str | Path) -> list[Container] | None:
+    """The containers of the ELF file at ``path``: its ``.nv_fatbin``, then those embedded in
+    its data sections (``iter_embedded``); None when it has neither.
+
+    The file is mmapped; only the headers are touched (and the data sections searched).
     """
     with Path(path).open("rb") as f:
         f.seek(0, 2)
         if f.tell() == 0:
             raise FatbinError(f"{path}: empty file", 0)
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            if find_section(mm, FATBIN_SECTION) is None:
-                return None
-            containers = []
+            fat = find_section(mm, FATBIN_SECTION)
+            containers: list[Container] = []
             dropped = 0
-            for container in iter_containers(mm):
+            found = iter_containers(mm) if fat is not None else iter([])
+            for container in itertools.chain(found, iter_embedded(mm)):
                 containers.append(container)
                 # Unmap the pages already read (the kernel maps whole page-cache
                 # folios on a fault), so the resident set stays bounded.
@@ -322,4 +369,6 @@ def scan_file(path: str | Path) -> list[Container] | None:
                 if _MADV_DONTNEED is not None and upto - dropped >= _DROP_EVERY:
                     mm.madvise(_MADV_DONTNEED, dropped, upto - dropped)
                     dropped = upto
+            if fat is None and not containers:
+                return None
             return containers

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from compat.fatbin import FATBIN_MAGIC
 
-PTX, SASS = 1, 2
+PTX, SASS, LTO = 1, 2, 8
 LZ4, ZSTD, ARCH_A, FAMILY_F = 0x2000, 0x8000, 0x100000, 0x200000
 
 

@@ -6,7 +6,19 @@ import struct
 from pathlib import Path
 
 import pytest
-from fatbin_builders import ARCH_A, FAMILY_F, LZ4, PTX, SASS, ZSTD, container, elf, entry, pad8
+from fatbin_builders import (
+    ARCH_A,
+    FAMILY_F,
+    LTO,
+    LZ4,
+    PTX,
+    SASS,
+    ZSTD,
+    container,
+    elf,
+    entry,
+    pad8,
+)
 
 from compat import rules
 from compat.fatbin import (
@@ -17,6 +29,7 @@ from compat.fatbin import (
     elf_sections,
     find_section,
     iter_containers,
+    iter_embedded,
     scan_file,
 )
 
@@ -107,6 +120,16 @@ def test_unknown_kind_and_small_header() -> None:
         )
 
 
+def test_lto_ir_entries_are_read_but_never_coverage() -> None:
+    # cuFFT's kind-8 entries: a 128-byte header, LTO-IR for nvJitLink, no kernel image
+    (c,) = list(iter_containers(container(entry(SASS, 90), entry(LTO, 75, header_size=128))))
+    assert [e.kind for e in c.entries] == ["sass", "lto"]
+    assert names(c) == ["sm_90", "lto_75"]
+    assert c.archs == frozenset({"sm_90"})
+    (only_lto,) = list(iter_containers(container(entry(LTO, 75, header_size=128))))
+    assert only_lto.archs == frozenset()
+
+
 def test_empty_buffer_has_no_containers() -> None:
     assert list(iter_containers(b"")) == []
     assert list(iter_containers(bytes(64))) == []
@@ -193,6 +216,53 @@ def test_scan_file(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     with pytest.raises(FatbinError, match="empty"):
         scan_file(empty)
+
+
+# Shaped like libcufft.so.12 (nvidia-cufft 12.0.0.61): one sm_75 container in .nv_fatbin,
+# the kernels it loads itself among other data in .ldata, LTO-IR containers beside them.
+MAGIC = struct.pack("<I", FATBIN_MAGIC)
+KERNELS = container(entry(SASS, 90), entry(PTX, 90))
+LTO_ONLY = container(entry(LTO, 75, header_size=128))
+LDATA = (
+    b"\x11" * 5  # data before: unaligned on purpose
+    + MAGIC  # the magic alone, then data: no container
+    + b"\x22" * 40
+    + KERNELS
+    + b"\x33" * 3
+    + MAGIC  # a header whose entries do not fill it: skipped, not an error
+    + struct.pack("<HHQ", 1, 16, 64)
+    + entry(SASS, 52)[:40]
+    + LTO_ONLY
+    + MAGIC[:3]  # a cut-off magic at the very end
+)
+
+
+def test_containers_embedded_in_data_sections_are_found() -> None:
+    data = elf({".nv_fatbin": pad8(SECOND), ".ldata": LDATA, ".comment": KERNELS})
+    ldata = find_section(data, ".ldata")
+    assert ldata is not None
+    found = list(iter_embedded(data))
+    assert [names(c) for c in found] == [["sm_90", "compute_90"], ["lto_75"]]
+    kernels_at = 5 + 4 + 40
+    lto_at = kernels_at + len(KERNELS) + 3 + 4 + 12 + 40
+    assert [c.offset for c in found] == [ldata.offset + kernels_at, ldata.offset + lto_at]
+    # .comment is no section a library loads kernels from; .nv_fatbin is read strictly elsewhere
+    assert list(iter_embedded(elf({".comment": KERNELS, ".nv_fatbin": pad8(SECOND)}))) == []
+    assert list(iter_embedded(KERNELS)) == []  # raw fatbin data, not an ELF file
+
+
+def test_scan_file_adds_embedded_containers(tmp_path: Path) -> None:
+    lib = tmp_path / "libcufft.so.12"
+    lib.write_bytes(elf({".nv_fatbin": pad8(SECOND), ".ldata": LDATA}))
+    containers = scan_file(lib)
+    assert containers is not None
+    assert [names(c) for c in containers] == [["sm_80"], ["sm_90", "compute_90"], ["lto_75"]]
+    # no .nv_fatbin at all: the embedded containers alone, not None
+    rodata_only = tmp_path / "libown.so"
+    rodata_only.write_bytes(elf({".rodata": b"\x01" * 3 + KERNELS}))
+    only = scan_file(rodata_only)
+    assert only is not None
+    assert [names(c) for c in only] == [["sm_90", "compute_90"]]
 
 
 def test_scan_file_many_containers(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from fatbin_builders import PTX, SASS, container, elf, entry, pad8, write_torch
+from fatbin_builders import LTO, PTX, SASS, container, elf, entry, pad8, write_torch
 
 from compat.cudalibs import (
     BUNDLED,
@@ -152,6 +152,28 @@ def test_coverage_and_weakest_link(tmp_path: Path) -> None:
     )
     assert "sm_37: cuDNN: NO kernel image" in lines
     assert lines[-1] == "sm_37: weakest link: cuDNN (no kernel image)"
+
+
+def test_kernels_a_library_loads_itself_count(tmp_path: Path) -> None:
+    # Seen on an H200 (2026-12-04): nvidia-cufft 12.0.0.61 keeps one sm_75 container in
+    # .nv_fatbin and the rest in .ldata; reading .nv_fatbin alone judged cuFFT "NO kernel
+    # image" on sm_90 while torch.fft ran there. Here the same layout, built by the test.
+    site = tmp_path / "site"
+    d = site / "nvidia" / "cu13" / "lib"
+    d.mkdir(parents=True)
+    own = b"".join(pad8(container(entry(SASS, a))) for a in (80, 90))
+    lto = pad8(container(entry(LTO, 75, header_size=128)))
+    (d / "libcufft.so.12").write_bytes(
+        elf({".nv_fatbin": pad8(container(entry(SASS, 75))), ".ldata": b"\x07" * 3 + own + lto})
+    )
+    # a library holding LTO-IR alone carries nothing a GPU runs: it is not judged
+    (d / "libcurand.so.10").write_bytes(elf({".ldata": lto}))
+    libs = by_name(inspect_libraries(site))
+    assert libs["cufft"].sass == ["sm_75", "sm_80", "sm_90"]
+    assert libs["cufft"].ptx == []
+    assert libs["curand"].sass == libs["curand"].ptx == []
+    h200 = library_coverage(list(libs.values()), (9, 0))
+    assert [(c.library.name, c.kind, c.entry) for c in h200] == [("cufft", "sass", "sm_90")]
 
 
 def test_nvidia_wheel_and_wheel_set(tmp_path: Path) -> None:
