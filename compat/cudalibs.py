@@ -5,7 +5,8 @@ A torch build runs on a GPU only if its CUDA libraries do too. They come bundled
 for CUDA 13, ``nvidia/cu13/lib`` in site-packages). ``inspect_libraries(path)`` accepts an
 ``nvidia-*`` or torch wheel, a directory of wheels (a wheel set), a virtual environment, a
 site-packages, a torch package directory or a single shared object, and reads the
-``.nv_fatbin`` containers of every CUDA library in it (:mod:`compat.fatbin`; nothing is
+fatbin containers (``.nv_fatbin`` and data sections) of every CUDA library in it
+(:mod:`compat.fatbin`; nothing is
 imported or decompressed, wheel members are streamed through a temporary file).
 
 A library's arch set is the union over all containers of all its files: a GPU for which the
@@ -82,6 +83,10 @@ _DISPLAY = {
     "nvtx": "NVTX",
 }
 BUNDLED = "torch (bundled)"
+# Listed with their kernels but never judged: CUPTI's kernels serve profiling (PC and PM
+# sampling, range profiling); a GPU it lacks fails a profiler, not torch's operations.
+# (Its kernels sit in .rodata, found since 2026-12-04: sm_75 ... sm_121 in CUPTI 13.0.85.)
+PROFILING_ONLY = frozenset({"cupti"})
 _LIB_RE = re.compile(r"\.so(\.\d+)*$")
 _ELF_MAGIC = b"\x7fELF"
 _CHUNK = 1 << 20
@@ -167,10 +172,11 @@ class LibraryCoverage:
 
 
 def library_coverage(libs: Sequence[CudaLibrary], cc: tuple[int, int]) -> list[LibraryCoverage]:
-    """Judge every library that carries kernels for a GPU of capability ``cc``."""
+    """Judge every library that carries kernels (SASS or PTX) for a GPU of capability ``cc``,
+    except the profiling-only ones (``PROFILING_ONLY``)."""
     out = []
     for lib in libs:
-        if not lib.sass and not lib.ptx:  # no containers, or LTO-IR alone: nothing to run
+        if lib.name in PROFILING_ONLY or (not lib.sass and not lib.ptx):
             continue
         found = rules.coverage(tuple(lib.sass), tuple(lib.ptx), cc)
         kind, entry = found if found is not None else ("none", None)

@@ -2,8 +2,8 @@
 
 ``inspect_path(path)`` accepts a wheel (``.whl``), an installed ``torch``
 package directory, a site-packages directory or a virtual environment holding
-``torch``, or a single shared object.  It reads the ``.nv_fatbin`` containers
-of every shared object (see :mod:`compat.fatbin`); nothing is imported.
+``torch``, or a single shared object.  It reads the fatbin containers (``.nv_fatbin``
+and data sections) of every shared object (see :mod:`compat.fatbin`); nothing is imported.
 
 The build's real arch list is the most common set of archs among the
 containers of the main torch library (``libtorch_cuda.so``; older builds: the
@@ -63,7 +63,7 @@ class InspectError(ValueError):
 
 @dataclass(frozen=True)
 class LibraryInfo:
-    """One shared object with a ``.nv_fatbin`` section."""
+    """One shared object with fatbin containers (``compat.fatbin.scan_file``)."""
 
     name: str
     containers: int

@@ -21,9 +21,9 @@ printed.  Exit 0: all agree; 1: disagreements; 2: a download or read failed.
 A spec naming an NVIDIA CUDA library wheel (``nvidia-cudnn-cu12==9.5.1.17``,
 ``nvidia-cublas==13.1.1.3``) is downloaded for manylinux x86_64 from pip's
 indexes (PyPI serves them), measured per library (the union of the entries of
-every ``.nv_fatbin`` container in its shared objects) and compared with its row
-in ``compat/data/libraries.yaml``; ``--print-rows`` prints the measured rows in
-that file's YAML form instead of comparing.
+every fatbin container in its shared objects, ``.nv_fatbin`` and data sections) and
+compared with its row in ``compat/data/libraries.yaml``; ``--print-rows`` prints the
+measured rows in that file's YAML form instead of comparing.
 
 Not part of the test run (it downloads hundreds of MB per wheel).
 """

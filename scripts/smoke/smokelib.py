@@ -131,7 +131,8 @@ def import_compat() -> tuple[Any, Any]:
     # <scripts dir>, where gpuprov is not installed and compat/ is the role's stdlib-only copy;
     # putting its directory on sys.path is how that copy is found (allow-listed in
     # tests/unit/test_no_path_hacks.py).
-    for root in (*HERE.parents[1:2], HERE):  # HERE ends up first on sys.path
+    # HERE ends up first on sys.path; list(): slicing Path.parents needs Python 3.10.
+    for root in (*list(HERE.parents)[1:2], HERE):
         if (root / "compat" / "inspect_torch.py").is_file() and str(root) not in sys.path:
             sys.path.insert(0, str(root))
     # By name: the copy is found at run time (mypy of the scripts does not see compat).

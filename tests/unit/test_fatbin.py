@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 from pathlib import Path
 
@@ -220,21 +221,36 @@ def test_scan_file(tmp_path: Path) -> None:
 
 # Shaped like libcufft.so.12 (nvidia-cufft 12.0.0.61): one sm_75 container in .nv_fatbin,
 # the kernels it loads itself among other data in .ldata, LTO-IR containers beside them.
+# Each part is (bytes, the arch names of the container found there or None); the builder
+# starts every section at a multiple of 8, so offsets in .ldata are alignments in the file.
 MAGIC = struct.pack("<I", FATBIN_MAGIC)
 KERNELS = container(entry(SASS, 90), entry(PTX, 90))
 LTO_ONLY = container(entry(LTO, 75, header_size=128))
-LDATA = (
-    b"\x11" * 5  # data before: unaligned on purpose
-    + MAGIC  # the magic alone, then data: no container
-    + b"\x22" * 40
-    + KERNELS
-    + b"\x33" * 3
-    + MAGIC  # a header whose entries do not fill it: skipped, not an error
-    + struct.pack("<HHQ", 1, 16, 64)
-    + entry(SASS, 52)[:40]
-    + LTO_ONLY
-    + MAGIC[:3]  # a cut-off magic at the very end
-)
+LDATA_PARTS: list[tuple[bytes, list[str] | None]] = [
+    (MAGIC + b"\x22" * 4, None),  # the magic alone, then data
+    (KERNELS, ["sm_90", "compute_90"]),
+    (b"\x33" * 3 + container(entry(SASS, 86)) + b"\0" * 5, None),  # a container, unaligned
+    # "empty containers" (any version, a longer header, size 0) must not make the search
+    # jump over the real container that follows
+    (MAGIC + struct.pack("<HHQ", 0x9999, 0x40, 0), None),
+    (container(entry(SASS, 100)), ["sm_100"]),
+    (MAGIC + struct.pack("<HHQ", 1, 16, 0), None),
+    # a header whose entries do not fill it: skipped, not an error
+    (MAGIC + struct.pack("<HHQ", 1, 16, 64) + entry(SASS, 52)[:48], None),
+    (LTO_ONLY, ["lto_75"]),
+    (MAGIC[:3], None),  # a cut-off magic at the very end
+]
+LDATA = b"".join(part for part, _ in LDATA_PARTS)
+
+
+def ldata_expected() -> list[tuple[int, list[str]]]:
+    out, at = [], 0
+    for part, found in LDATA_PARTS:
+        assert at % 8 == 0 or found is None
+        if found is not None:
+            out.append((at, found))
+        at += len(part)
+    return out
 
 
 def test_containers_embedded_in_data_sections_are_found() -> None:
@@ -242,13 +258,26 @@ def test_containers_embedded_in_data_sections_are_found() -> None:
     ldata = find_section(data, ".ldata")
     assert ldata is not None
     found = list(iter_embedded(data))
-    assert [names(c) for c in found] == [["sm_90", "compute_90"], ["lto_75"]]
-    kernels_at = 5 + 4 + 40
-    lto_at = kernels_at + len(KERNELS) + 3 + 4 + 12 + 40
-    assert [c.offset for c in found] == [ldata.offset + kernels_at, ldata.offset + lto_at]
+    assert [(c.offset - ldata.offset, names(c)) for c in found] == ldata_expected()
     # .comment is no section a library loads kernels from; .nv_fatbin is read strictly elsewhere
     assert list(iter_embedded(elf({".comment": KERNELS, ".nv_fatbin": pad8(SECOND)}))) == []
     assert list(iter_embedded(KERNELS)) == []  # raw fatbin data, not an ELF file
+
+
+def test_the_search_releases_what_it_has_read() -> None:
+    # 20 MiB of data, one container at its end: the searched stretches are released behind
+    # the search (scan_file unmaps them), in order and without gaps, before the container
+    filler = b"\x5a" * (20 << 20)
+    data = elf({".ldata": filler + KERNELS})
+    ldata = find_section(data, ".ldata")
+    assert ldata is not None
+    released: list[tuple[int, int]] = []
+    found = list(iter_embedded(data, lambda start, stop: released.append((start, stop))))
+    assert [names(c) for c in found] == [["sm_90", "compute_90"]]
+    assert released[0][0] == ldata.offset
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(released))
+    assert released[-1][1] >= ldata.offset + len(filler) - (8 << 20)
+    assert len(released) >= 2
 
 
 def test_scan_file_adds_embedded_containers(tmp_path: Path) -> None:
@@ -256,10 +285,15 @@ def test_scan_file_adds_embedded_containers(tmp_path: Path) -> None:
     lib.write_bytes(elf({".nv_fatbin": pad8(SECOND), ".ldata": LDATA}))
     containers = scan_file(lib)
     assert containers is not None
-    assert [names(c) for c in containers] == [["sm_80"], ["sm_90", "compute_90"], ["lto_75"]]
+    # the LTO-IR container holds no kernel image: left out
+    embedded = [found for _, found in ldata_expected() if found != ["lto_75"]]
+    assert [names(c) for c in containers] == [["sm_80"], *embedded]
+    lto_only = tmp_path / "liblto.so"
+    lto_only.write_bytes(elf({".ldata": LTO_ONLY}))
+    assert scan_file(lto_only) is None
     # no .nv_fatbin at all: the embedded containers alone, not None
     rodata_only = tmp_path / "libown.so"
-    rodata_only.write_bytes(elf({".rodata": b"\x01" * 3 + KERNELS}))
+    rodata_only.write_bytes(elf({".rodata": b"\x01" * 8 + KERNELS}))
     only = scan_file(rodata_only)
     assert only is not None
     assert [names(c) for c in only] == [["sm_90", "compute_90"]]

@@ -164,14 +164,17 @@ def test_kernels_a_library_loads_itself_count(tmp_path: Path) -> None:
     own = b"".join(pad8(container(entry(SASS, a))) for a in (80, 90))
     lto = pad8(container(entry(LTO, 75, header_size=128)))
     (d / "libcufft.so.12").write_bytes(
-        elf({".nv_fatbin": pad8(container(entry(SASS, 75))), ".ldata": b"\x07" * 3 + own + lto})
+        elf({".nv_fatbin": pad8(container(entry(SASS, 75))), ".ldata": b"\x07" * 8 + own + lto})
     )
     # a library holding LTO-IR alone carries nothing a GPU runs: it is not judged
     (d / "libcurand.so.10").write_bytes(elf({".ldata": lto}))
+    # CUPTI's kernels (in .rodata) serve profiling alone: listed, not judged
+    (d / "libcupti.so.13").write_bytes(elf({".rodata": pad8(container(entry(SASS, 75)))}))
     libs = by_name(inspect_libraries(site))
     assert libs["cufft"].sass == ["sm_75", "sm_80", "sm_90"]
     assert libs["cufft"].ptx == []
     assert libs["curand"].sass == libs["curand"].ptx == []
+    assert libs["cupti"].sass == ["sm_75"]
     h200 = library_coverage(list(libs.values()), (9, 0))
     assert [(c.library.name, c.kind, c.entry) for c in h200] == [("cufft", "sass", "sm_90")]
 
