@@ -67,7 +67,7 @@ from report_text import (
     render_text,
     required_line,
 )
-from report_verdicts import NO_KERNEL_MODULE, findings, layer_rows, torch_notes
+from report_verdicts import NO_KERNEL_MODULE, PACKAGES_UNREAD, findings, layer_rows, torch_notes
 
 # The report's API for tests and other scripts, wherever each piece lives.
 __all__ = [
@@ -119,12 +119,13 @@ def upstream_version(debian_version: str) -> str:
 def installed_driver(running: str | None, smoke_driver: Mapping[str, Any] | None) -> str | None:
     """What drives the GPUs: the running driver's version (NVML/nvidia-smi answered), else
     the installed NVIDIA package's version, marked when no kernel module is loaded (the lab:
-    a container has no kernel of its own). None: no driver package and none running."""
+    a container has no kernel of its own). Unknown when the smoke run could not read the
+    packages (``packages_unread``, roles/gpu_smoke). None: no driver package and none running."""
     if running:
         return str(running)
     packages: Mapping[str, str] = dict((smoke_driver or {}).get("packages") or {})
     if not packages:
-        return None
+        return PACKAGES_UNREAD if (smoke_driver or {}).get("packages_unread") else None
     # The package that carries nvidia-smi names the branch best; else any NVIDIA package.
     smi = sorted(n for n in packages if n.endswith("-smi"))
     name = smi[0] if smi else sorted(packages)[0]

@@ -26,6 +26,8 @@ from typing import Any
 
 PASSING = ("pass", "pass (cpu)")
 NO_KERNEL_MODULE = "userspace only: no kernel module"
+# The installed driver when no driver answered and the smoke run could not read the packages.
+PACKAGES_UNREAD = "unknown (the host's packages could not be read: see its smoke report)"
 # run_all.py --no-torch skips these with one reason (L5's reason names the dist hosts too).
 TORCH_LAYERS = ("L3", "PERF", "L4", "L6")
 # How a layer reads, per category (the cell's text: the page never relies on colour alone).

@@ -197,8 +197,22 @@ def test_a_declared_torch_difference_is_a_note_an_undeclared_one_a_warning(tmp_p
         (None, {"packages": {"nvidia-smi": "1:550.163.01-2"}, "kernel_module": True}, "550.163.01"),
         (None, {"packages": {}, "kernel_module": False}, None),
         (None, None, None),
+        (
+            None,
+            {"packages": {}, "packages_unread": "Could not detect a supported package manager"},
+            "unknown (the host's packages could not be read: see its smoke report)",
+        ),
+        ("580.159.04", {"packages": {}, "packages_unread": "no manager"}, "580.159.04"),
     ],
-    ids=["running-driver-wins", "lab-userspace-only", "epoch-stripped", "none", "old-report"],
+    ids=[
+        "running-driver-wins",
+        "lab-userspace-only",
+        "epoch-stripped",
+        "none",
+        "old-report",
+        "packages-unread",
+        "running-driver-despite-unread",
+    ],
 )
 def test_installed_driver(running, driver, shown):
     assert report.installed_driver(running, driver) == shown
