@@ -286,11 +286,16 @@ def _kill_during_dpkg(
     reports: Path,
     playbooks: tuple[str, ...],
     reset: str,
-    pattern: str = r"^/usr/bin/dpkg ",
+    pattern: str = r"^/usr/bin/dpkg .*--status-fd ",
     writing: str = "",
 ) -> tuple[str, str]:
     """Reset, start the plays, kill the host (`docker kill`) once a process matching
-    `pattern` runs (and, with `writing`, once that path exists), start it again."""
+    `pattern` runs (and, with `writing`, once that path exists), start it again.
+    The default is the dpkg of apt's transaction (`--status-fd N --unpack|--configure`,
+    after the `--force-conf*` options Ansible's apt module passes):
+    `^/usr/bin/dpkg ` also matched apt's short queries (`--print-foreign-architectures`),
+    and a kill that lands on one leaves nothing interrupted: the likely cause of a CI run
+    (2026-12-04) whose re-run found no dpkg to repair."""
     container = _container(lab, host)
     _sh(lab, host, reset)
     proc = _start(lab, playbooks, host, reports)
