@@ -4,10 +4,10 @@ A torch build runs on a GPU only if its CUDA libraries do too. They come bundled
 ``torch/lib`` (older wheels) or as NVIDIA's own ``nvidia-*`` wheels (``nvidia/<lib>/lib`` or,
 for CUDA 13, ``nvidia/cu13/lib`` in site-packages). ``inspect_libraries(path)`` accepts an
 ``nvidia-*`` or torch wheel, a directory of wheels (a wheel set), a virtual environment, a
-site-packages, a torch package directory or a single shared object, and reads the
-fatbin containers (``.nv_fatbin`` and data sections) of every CUDA library in it
-(:mod:`compat.fatbin`; nothing is
-imported or decompressed, wheel members are streamed through a temporary file).
+site-packages, a torch package directory or a single shared object, and reads the fatbin
+containers (``.nv_fatbin`` and data sections) of every CUDA library in it (:mod:`compat.fatbin`:
+those with a kernel image; nothing is imported or decompressed, wheel members are streamed
+through a temporary file).
 
 A library's arch set is the union over all containers of all its files: a GPU for which the
 union holds neither SASS of its major at or below its minor nor PTX at or below its capability
@@ -176,7 +176,7 @@ def library_coverage(libs: Sequence[CudaLibrary], cc: tuple[int, int]) -> list[L
     except the profiling-only ones (``PROFILING_ONLY``)."""
     out = []
     for lib in libs:
-        if lib.name in PROFILING_ONLY or (not lib.sass and not lib.ptx):
+        if lib.name in PROFILING_ONLY or not lib.containers:
             continue
         found = rules.coverage(tuple(lib.sass), tuple(lib.ptx), cc)
         kind, entry = found if found is not None else ("none", None)

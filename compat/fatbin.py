@@ -292,8 +292,7 @@ def _iter_raw(buf: Buffer, start: int, end: int) -> Iterator[Container]:
             raise FatbinError(f"bad fatbin container magic {magic:#010x}", at)
         container = _parse_container(buf, at, end)
         yield container
-        stop = at + container.header_size + container.size
-        at = stop
+        at += container.header_size + container.size
         if at % _ALIGN:
             pad = _ALIGN - at % _ALIGN
             if at + pad <= end and any(buf[at : at + pad]):
