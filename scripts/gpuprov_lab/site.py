@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import re
 import shutil
 import sys
@@ -123,7 +124,10 @@ def log_run(
     went is on disk. rc None: the run was cut off (timeout). Returns the log's path."""
     runs.mkdir(parents=True, exist_ok=True)
     text = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (out, err)]
-    with _LOG_LOCK:  # runs from two threads (a test and one it started) take distinct numbers
+    # Runs from two threads (a test and one it started) or two processes (the fault suite's
+    # two streams, tests/lab/fault_streams.py) take distinct numbers.
+    with _LOG_LOCK, (runs / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         number = len(list(runs.glob("*.log"))) + 1
         log = runs / f"{number:03d}.log"
         log.write_text(

@@ -12,6 +12,8 @@ Environment:
                        (faster reruns; `scripts/lab.py --lab NAME down` removes it).
                        Otherwise the session first removes a lab of that name (one a
                        killed session left) and starts from fresh hosts.
+    GPUPROV_LAB_ATTACH 1: use the running lab of that name as it is (no `lab.py up`, no
+                       down): the fault suite's second stream (fault_streams.py).
 
 Without a Docker engine the lab tests fail (error), naming `make prereqs`: a lab run
 that runs nothing must not pass. For the same reason a lab session fails when a lab test
@@ -36,6 +38,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import fault_streams
 import pytest
 from gpuprov_lab import ansible_inventory
 from gpuprov_lab.inventory import ssh_argv
@@ -240,7 +243,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses the `lab` fixture with `lab` (deselect: -m 'not lab').
 
     Then order the lab tests: FIRST_MODULES first, LAST_MODULES last, each of JOINS just
-    before its module (a stable sort keeps each module's own order).
+    before its module (a stable sort keeps each module's own order). In a module, the tests
+    of the fault suite's second stream (fault_streams.MARKER: they wait for it) come after
+    the others, and a module's `test_zz_` tests (its summary) last.
     """
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
@@ -252,6 +257,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         before = JOINS.get((name, item.name))
         if before is not None:
             return rank_of(before) - 0.5
+        if item.name.startswith("test_zz_"):
+            return rank_of(name) + 0.25
+        if item.get_closest_marker(fault_streams.MARKER) is not None:
+            return rank_of(name) + 0.125
         return rank_of(name)
 
     def rank_of(name: str) -> float:
@@ -262,6 +271,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return len(FIRST_MODULES)
 
     items.sort(key=rank)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A fault case the suite's second stream ran (fault_streams.py): its outcome there, in
+    place of running it here."""
+    stream = fault_streams.delegated(pyfuncitem)
+    if stream is None:
+        return None
+    fault_streams.report(stream, pyfuncitem)
+    return True
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -323,6 +343,9 @@ def lab() -> Iterator[Lab]:
     inventory = REPO / ".lab" / name / "hosts.yml"
     if name == "gpuprov":
         inventory = REPO / "inventories" / "lab" / "hosts.yml"
+    if os.environ.get(fault_streams.ATTACH_ENV, "") == "1":
+        yield _attached(name, inventory)
+        return
     if not keep:
         # A lab that is not kept starts from fresh hosts: one left by a session that was
         # killed before its teardown (same name) would make the flow's first tests judge
@@ -358,6 +381,17 @@ def lab() -> Iterator[Lab]:
     finally:
         if not keep:
             _run_lab_py(name, "down")
+
+
+def _attached(name: str, inventory: Path) -> Lab:
+    """The running lab `name`, as the session that brought it up left it."""
+    if not inventory.exists():
+        pytest.fail(f"{fault_streams.ATTACH_ENV}=1: no lab {name} ({inventory})", pytrace=False)
+    vault_password = vault_password_file(name)
+    if vault_password.exists():
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password)
+    host_vars, groups = _read_inventory(inventory)
+    return Lab(name, inventory, host_vars, groups)
 
 
 def operator_shell(home: Path) -> dict[str, str]:

@@ -18,8 +18,12 @@ running container (`keeper`, restart policy unless-stopped).
 Each case ends with the host's testinfra modules of the driver, Docker and the toolkit
 passing (`tests/infra`). The table (fault, first run, re-run) is printed at the end of the
 module. The cases are marked `faults` (and `lab`); CI's `make test-lab` runs them after the
-other lab modules, before test_lab_ops.py (about 6 min for the thirteen before the
-foreign-driver case, on the 2-core machine), and `make test-faults` runs them alone on a lab.
+other lab modules, before test_lab_ops.py, and `make test-faults` runs them alone on a lab.
+
+The cases marked `second_host` run on a second K40m host of the lab at the same time, in a
+second pytest process, when the lab has one (the default lab's lab-mixed): fault_streams.py.
+On the 2-core machine the twenty cases took 9.5 min that way (2026-12-04), about 16 min on
+one host.
 """
 
 from __future__ import annotations
@@ -36,13 +40,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fault_streams
 import pytest
+from fault_streams import mirror_lock
 from gpuprov_lab import aptrepo, s3lab
 from gpuprov_lab.site import ansible_env, vault_password_file
 
 Lab = Any  # tests/lab/conftest.py's Lab
 
 pytestmark = pytest.mark.faults
+SECOND_HOST = pytest.mark.second_host  # may run in the second stream (fault_streams.py)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -68,8 +75,27 @@ ROWS: list[tuple[str, str, str]] = []
 # helpers
 
 
-def _host(lab: Lab) -> str:
+def _k40m_host(lab: Lab) -> str:
     return next(h for h, v in sorted(lab.hosts.items()) if v.get("lab_profile") == "k40m")
+
+
+def _host(lab: Lab) -> str:
+    """The host this stream breaks: the K40m host, or the second stream's."""
+    if fault_streams.in_second_stream():
+        return os.environ[fault_streams.HOST_ENV]
+    return _k40m_host(lab)
+
+
+def _mirror_used(lab: Lab) -> contextlib.AbstractContextManager[None]:
+    """In the second stream, the mirror held shared (a case of the first may change it)."""
+    if fault_streams.in_second_stream():
+        return mirror_lock(REPO / ".lab" / lab.name, exclusive=False)
+    return contextlib.nullcontext()
+
+
+def _mirror_changed(lab: Lab) -> contextlib.AbstractContextManager[None]:
+    """The mirror held exclusively while a case changes it."""
+    return mirror_lock(REPO / ".lab" / lab.name, exclusive=True)
 
 
 def _container(lab: Lab, host: str) -> str:
@@ -111,15 +137,16 @@ def _argv(
 def _play(
     lab: Lab, playbooks: tuple[str, ...], host: str, report_dir: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        _argv(lab, playbooks, host, report_dir, *extra),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=_env(lab),
-        timeout=1800,
-        check=False,
-    )
+    with _mirror_used(lab):
+        return subprocess.run(
+            _argv(lab, playbooks, host, report_dir, *extra),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=_env(lab),
+            timeout=1800,
+            check=False,
+        )
 
 
 def _start(
@@ -228,6 +255,42 @@ def _toolkit_installed_nothing_then_recovered(
 # the converged host with the user's things on it
 
 
+@pytest.fixture(scope="module", autouse=True)
+def second_stream(
+    lab: Lab, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """First stream: start the second (fault_streams.py) with this session's `second_host`
+    cases, when the lab has a host for it. Second stream: hand its table rows back."""
+    if fault_streams.in_second_stream():
+        yield
+        rows = os.environ.get(fault_streams.ROWS_ENV)
+        if rows:
+            Path(rows).write_text(json.dumps(ROWS), encoding="utf-8")
+        return
+    node_ids = [
+        item.nodeid
+        for item in request.session.items
+        if item.path == Path(__file__) and item.get_closest_marker(fault_streams.MARKER)
+    ]
+    host = fault_streams.second_host(lab.hosts, _k40m_host(lab))
+    if not node_ids or host is None:
+        yield
+        return
+    # Its output and report in this session's temporary directory: kept after the lab is
+    # taken down (pytest keeps the last three sessions').
+    workdir = tmp_path_factory.mktemp("fault-stream-2")
+    stream = fault_streams.SecondStream(lab.name, host, node_ids, workdir)
+    fault_streams.STREAM.append(stream)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(f"\n[faults] second stream on {host}: {len(node_ids)} cases", flush=True)
+    try:
+        yield
+    finally:
+        fault_streams.STREAM.remove(stream)
+        stream.stop()
+
+
 @pytest.fixture(scope="module")
 def faulty(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     host = _host(lab)
@@ -298,19 +361,20 @@ def _kill_during_dpkg(
     (2026-12-04) whose re-run found no dpkg to repair."""
     container = _container(lab, host)
     _sh(lab, host, reset)
-    proc = _start(lab, playbooks, host, reports)
-    landed = _when_running(container, proc, pattern)
-    if landed and writing:
-        landed = _when_path(container, proc, writing)
-    if landed:
-        _docker("kill", container)
-    out, _ = proc.communicate(timeout=600)
+    with _mirror_used(lab):  # the killed host is started again before the mirror may go
+        proc = _start(lab, playbooks, host, reports)
+        landed = _when_running(container, proc, pattern)
+        if landed and writing:
+            landed = _when_path(container, proc, writing)
+        if landed:
+            _docker("kill", container)
+        out, _ = proc.communicate(timeout=600)
+        _docker("start", container)
     assert landed, f"{pattern} {writing} never seen:\n{out[-3000:]}"
     # The first run lost its host: it fails, naming the host unreachable or a failed task.
     assert proc.returncode != 0, out[-3000:]
     assert f"[{host}]" in out, out[-3000:]
     assert "UNREACHABLE" in out or "fatal: [" in out, out[-3000:]
-    _docker("start", container)
     lab.settle(host)
     state = _sh(
         lab,
@@ -326,6 +390,7 @@ def _kill_during_dpkg(
     return first, out
 
 
+@SECOND_HOST
 def test_host_killed_during_the_driver_transaction(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -353,6 +418,7 @@ def test_host_killed_during_the_driver_transaction(
     )
 
 
+@SECOND_HOST
 def test_host_killed_during_dockers_transaction(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -392,6 +458,7 @@ def _wait_keeper(lab: Lab, host: str, timeout: float = 60) -> None:
         time.sleep(1)
 
 
+@SECOND_HOST
 def test_host_killed_during_the_pip_install_of_torch(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -425,6 +492,7 @@ def test_host_killed_during_the_pip_install_of_torch(
     )
 
 
+@SECOND_HOST
 def test_full_apt_cache_stops_the_driver_before_anything_is_installed(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -479,24 +547,25 @@ def _mirror_address(name: str, net: str) -> str:
 @contextlib.contextmanager
 def _mirror_cut(lab: Lab) -> Iterator[None]:
     """Disconnect the mirror from the lab network (its address is gone: "No route to host")."""
-    name, net = f"{lab.name}-mirror", f"{lab.name}-net"
-    address = _mirror_address(name, net)
-    _docker("network", "disconnect", net, name)
-    try:
-        yield
-    finally:
-        # Docker hands the lowest free address back; the lab's networks have no user-set
-        # subnet, so `--ip` is refused. If another address comes back, `lab.py up` rewrites
-        # the inventory's mirror URL (and the toolkit role the host's source).
-        _docker("network", "connect", "--alias", "mirror", net, name)
-        if _mirror_address(name, net) != address:
-            lab.lab_py(
-                "--inventory",
-                str(lab.inventory),
-                "up",
-                "--hosts",
-                os.environ.get("GPUPROV_LAB_HOSTS", "default"),
-            )
+    with _mirror_changed(lab):  # the second stream waits meanwhile
+        name, net = f"{lab.name}-mirror", f"{lab.name}-net"
+        address = _mirror_address(name, net)
+        _docker("network", "disconnect", net, name)
+        try:
+            yield
+        finally:
+            # Docker hands the lowest free address back; the lab's networks have no user-set
+            # subnet, so `--ip` is refused. If another address comes back, `lab.py up` rewrites
+            # the inventory's mirror URL (and the toolkit role the host's source).
+            _docker("network", "connect", "--alias", "mirror", net, name)
+            if _mirror_address(name, net) != address:
+                lab.lab_py(
+                    "--inventory",
+                    str(lab.inventory),
+                    "up",
+                    "--hosts",
+                    os.environ.get("GPUPROV_LAB_HOSTS", "default"),
+                )
 
 
 def _reset_toolkit(lab: Lab, host: str, keep_source: bool, keep_lists: bool = False) -> None:
@@ -577,19 +646,20 @@ def test_mirror_cut_at_apt_update(
 def _debs_gone(lab: Lab) -> Iterator[None]:
     """The mirror answers (key, lists) but its .debs are gone (404): a mirror mid-sync. Its
     repository is a read-only bind mount of a controller directory; the files move aside."""
-    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
-    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
-    aside = source.parent / "debs-aside"
-    aside.mkdir(exist_ok=True)
-    moved = [(deb, aside / deb.name) for deb in source.rglob("*.deb")]
-    assert moved, f"no .deb under {source}"
-    for deb, to in moved:
-        deb.rename(to)
-    try:
-        yield
-    finally:
+    with _mirror_changed(lab):  # the second stream waits meanwhile
+        info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+        (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+        aside = source.parent / "debs-aside"
+        aside.mkdir(exist_ok=True)
+        moved = [(deb, aside / deb.name) for deb in source.rglob("*.deb")]
+        assert moved, f"no .deb under {source}"
         for deb, to in moved:
-            to.rename(deb)
+            deb.rename(to)
+        try:
+            yield
+        finally:
+            for deb, to in moved:
+                to.rename(deb)
 
 
 def test_mirror_fails_the_package_download(
@@ -622,35 +692,39 @@ def test_mirror_fails_the_package_download(
 def _key_rotated(lab: Lab) -> Iterator[str]:
     """The mirror's repository re-signed with a new key, published at the same key URL (what
     NVIDIA did in 2022); the original Release signatures and key come back afterwards."""
-    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
-    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
-    (dist,) = {p.parent for p in source.rglob("InRelease")}
-    secret = source.parent / aptrepo.SIGNING_KEY_FILE
-    kept = {
-        p: p.read_bytes()
-        for p in (dist / "InRelease", dist / "Release.gpg", source / "gpgkey", secret)
-    }
-    try:
-        yield aptrepo.sign(source, dist)
-    finally:
-        for path, data in kept.items():
-            path.write_bytes(data)
+    with _mirror_changed(lab):  # the second stream waits meanwhile
+        info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+        (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+        (dist,) = {p.parent for p in source.rglob("InRelease")}
+        secret = source.parent / aptrepo.SIGNING_KEY_FILE
+        kept = {
+            p: p.read_bytes()
+            for p in (dist / "InRelease", dist / "Release.gpg", source / "gpgkey", secret)
+        }
+        try:
+            yield aptrepo.sign(source, dist)
+        finally:
+            for path, data in kept.items():
+                path.write_bytes(data)
 
 
 @contextlib.contextmanager
 def _release_dated_ahead(lab: Lab, days: int) -> Iterator[None]:
     """The mirror's Release re-dated ``days`` ahead and signed with its own key (a mirror's
     clock ahead, or the host's behind); the original Release and signatures come back after."""
-    info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
-    (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
-    (dist,) = {p.parent for p in source.rglob("InRelease")}
-    kept = {p: p.read_bytes() for p in (dist / "Release", dist / "InRelease", dist / "Release.gpg")}
-    try:
-        aptrepo.redate(source, dist, time.time() + days * 86400)
-        yield
-    finally:
-        for path, data in kept.items():
-            path.write_bytes(data)
+    with _mirror_changed(lab):  # the second stream waits meanwhile
+        info = json.loads(_docker("inspect", f"{lab.name}-mirror").stdout)[0]
+        (source,) = [Path(m["Source"]) for m in info["Mounts"] if m["Type"] == "bind"]
+        (dist,) = {p.parent for p in source.rglob("InRelease")}
+        kept = {
+            p: p.read_bytes() for p in (dist / "Release", dist / "InRelease", dist / "Release.gpg")
+        }
+        try:
+            aptrepo.redate(source, dist, time.time() + days * 86400)
+            yield
+        finally:
+            for path, data in kept.items():
+                path.write_bytes(data)
 
 
 def test_release_dated_in_the_future(
@@ -785,6 +859,7 @@ def test_a_pinned_key_fingerprint_refuses_another_key(
 # dockerd stopped, invalid daemon.json
 
 
+@SECOND_HOST
 def test_dockerd_stopped_before_the_toolkit_role(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -806,6 +881,7 @@ def test_dockerd_stopped_before_the_toolkit_role(
     )
 
 
+@SECOND_HOST
 def test_invalid_daemon_json_is_refused_and_left_alone(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -872,6 +948,7 @@ def _recap_changed(output: str, host: str) -> int:
     return int(line[-1].split("changed=", 1)[1].split()[0])
 
 
+@SECOND_HOST
 def test_docker_ce_someone_installed_is_refused_then_replaced_on_request(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1004,6 +1081,7 @@ FOREIGN_DRIVER = (
 )
 
 
+@SECOND_HOST
 def test_a_driver_someone_else_installed_is_refused_kept_or_replaced(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1133,6 +1211,7 @@ def test_nvidias_own_source_file_is_refused_then_replaced(
     )
 
 
+@SECOND_HOST
 def test_dockers_own_source_file_is_refused_then_replaced(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1161,24 +1240,26 @@ def test_dockers_own_source_file_is_refused_then_replaced(
     )
 
 
+@SECOND_HOST
 def test_ssh_connection_dropped_mid_task(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     host, reports = faulty
     container = _container(lab, host)
     _reset_toolkit(lab, host, True)
-    proc = _start(lab, TOOLKIT, host, reports)
-    landed = _when_running(container, proc, r"apt-get|/usr/bin/dpkg ")
-    if landed:
-        # sshd restarted, and the controller's sessions (the children of sshd) killed by PID
-        _docker(
-            "exec",
-            container,
-            "sh",
-            "-c",
-            "systemctl restart ssh; for p in $(pgrep -f '^sshd: root@'); do kill -9 $p; done",
-        )
-    out, _ = proc.communicate(timeout=600)
+    with _mirror_used(lab):
+        proc = _start(lab, TOOLKIT, host, reports)
+        landed = _when_running(container, proc, r"apt-get|/usr/bin/dpkg ")
+        if landed:
+            # sshd restarted, and the controller's sessions (the children of sshd) killed by PID
+            _docker(
+                "exec",
+                container,
+                "sh",
+                "-c",
+                "systemctl restart ssh; for p in $(pgrep -f '^sshd: root@'); do kill -9 $p; done",
+            )
+        out, _ = proc.communicate(timeout=600)
     assert landed, out[-3000:]
     if proc.returncode == 0:  # ssh's retries reconnected: the run finished its work
         assert _recap_changed(out, host) > 0, out[-3000:]
@@ -1227,9 +1308,10 @@ def test_the_lab_came_up_in_an_operators_shell(
 
 def test_zz_print_the_fault_table(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
     """Last in the module: the table of the cases that ran (lab-marked through `lab`)."""
-    assert ROWS, "no fault case ran"
+    rows = ROWS + [row for stream in fault_streams.STREAM for row in stream.rows()]
+    assert rows, "no fault case ran"
     with capsys.disabled():
         print("\n\nfault | first run | re-run\n--- | --- | ---")
-        for fault, first, rerun in ROWS:
+        for fault, first, rerun in rows:
             print(f"{fault} | {first} | {rerun}")
         print(flush=True)
