@@ -22,8 +22,8 @@ other lab modules, before test_lab_ops.py, and `make test-faults` runs them alon
 
 The cases marked `second_host` run on a second K40m host of the lab at the same time, in a
 second pytest process, when the lab has one (the default lab's lab-mixed): fault_streams.py.
-On the 2-core machine the twenty cases took 9.5 min that way (2026-12-04), about 16 min on
-one host.
+On the 2-core machine the twenty cases took 9.5-10.5 min that way (2026-12-04), about 16
+min on one host.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def second_stream(
         return
     # Its output and report in this session's temporary directory: kept after the lab is
     # taken down (pytest keeps the last three sessions').
-    workdir = tmp_path_factory.mktemp("fault-stream-2")
+    workdir = tmp_path_factory.mktemp("second-stream-")
     stream = fault_streams.SecondStream(lab.name, host, node_ids, workdir)
     fault_streams.STREAM.append(stream)
     capture = request.config.pluginmanager.getplugin("capturemanager")
@@ -859,7 +859,6 @@ def test_a_pinned_key_fingerprint_refuses_another_key(
 # dockerd stopped, invalid daemon.json
 
 
-@SECOND_HOST
 def test_dockerd_stopped_before_the_toolkit_role(
     lab: Lab, faulty: tuple[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
