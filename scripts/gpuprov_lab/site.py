@@ -7,7 +7,6 @@ import fcntl
 import re
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -107,9 +106,6 @@ def ansible_env(lab: str, base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-_LOG_LOCK = threading.Lock()
-
-
 def log_run(
     runs: Path,
     argv: Sequence[str],
@@ -125,8 +121,9 @@ def log_run(
     runs.mkdir(parents=True, exist_ok=True)
     text = [o.decode(errors="replace") if isinstance(o, bytes) else o or "" for o in (out, err)]
     # Runs from two threads (a test and one it started) or two processes (the fault suite's
-    # two streams, tests/lab/fault_streams.py) take distinct numbers.
-    with _LOG_LOCK, (runs / ".lock").open("a") as lock:
+    # two streams, tests/lab/fault_streams.py) take distinct numbers: flock excludes every
+    # other open of the lock file, in this process too.
+    with (runs / ".lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         number = len(list(runs.glob("*.log"))) + 1
         log = runs / f"{number:03d}.log"

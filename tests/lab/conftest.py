@@ -344,7 +344,9 @@ def lab() -> Iterator[Lab]:
     if name == "gpuprov":
         inventory = REPO / "inventories" / "lab" / "hosts.yml"
     if os.environ.get(fault_streams.ATTACH_ENV, "") == "1":
-        yield _attached(name, inventory)
+        if not inventory.exists():
+            pytest.fail(f"{fault_streams.ATTACH_ENV}=1: no lab {name} ({inventory})", pytrace=False)
+        yield _running(name, inventory, {})
         return
     if not keep:
         # A lab that is not kept starts from fresh hosts: one left by a session that was
@@ -371,27 +373,22 @@ def lab() -> Iterator[Lab]:
     )
     if up.returncode != 0:
         pytest.fail(f"lab.py up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
-    vault_password = vault_password_file(name)
-    if vault_password.exists():  # for the inventory reads below and in the test modules
-        # Assigned, not setdefault: an operator's exported vault file cannot open the lab's.
-        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password)
-    host_vars, groups = _read_inventory(inventory)
     try:
-        yield Lab(name, inventory, host_vars, groups, operator_env)
+        yield _running(name, inventory, operator_env)
     finally:
         if not keep:
             _run_lab_py(name, "down")
 
 
-def _attached(name: str, inventory: Path) -> Lab:
-    """The running lab `name`, as the session that brought it up left it."""
-    if not inventory.exists():
-        pytest.fail(f"{fault_streams.ATTACH_ENV}=1: no lab {name} ({inventory})", pytrace=False)
+def _running(name: str, inventory: Path, operator_env: dict[str, str]) -> Lab:
+    """The running lab `name`, its vault's password exported for the inventory reads here and
+    in the test modules."""
     vault_password = vault_password_file(name)
     if vault_password.exists():
+        # Assigned, not setdefault: an operator's exported vault file cannot open the lab's.
         os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password)
     host_vars, groups = _read_inventory(inventory)
-    return Lab(name, inventory, host_vars, groups)
+    return Lab(name, inventory, host_vars, groups, operator_env)
 
 
 def operator_shell(home: Path) -> dict[str, str]:

@@ -109,13 +109,11 @@ class SecondStream:
 
     def __init__(self, lab_name: str, host: str, node_ids: Sequence[str], workdir: Path):
         self.host = host
-        self.names = {node_id.rsplit("::", 1)[1] for node_id in node_ids}
+        self.node_ids = frozenset(node_ids)
         workdir.mkdir(parents=True, exist_ok=True)
         self.junit = workdir / "junit.xml"
         self.rows_file = workdir / "rows.json"
         self.log_path = workdir / "output.log"
-        for stale in (self.junit, self.rows_file):
-            stale.unlink(missing_ok=True)
         env = {
             **os.environ,
             STREAM_ENV: "second",
@@ -172,18 +170,15 @@ STREAM: list[SecondStream] = []
 
 
 def delegated(item: pytest.Item) -> SecondStream | None:
-    """The second stream that runs `item`, if one does (this is the first stream)."""
-    if in_second_stream() or not STREAM or item.get_closest_marker(MARKER) is None:
-        return None
-    stream = STREAM[0]
-    return stream if item.name in stream.names else None
+    """The second stream that runs `item`, if one does (set only in the first stream)."""
+    return next((stream for stream in STREAM if item.nodeid in stream.node_ids), None)
 
 
 def report(stream: SecondStream, item: pytest.Item) -> None:
     """Make `item`'s outcome here the second stream's: return (passed), skip or fail."""
     got = stream.outcome(item.name)
     if got.status == "skipped":
-        pytest.skip(got.message.removeprefix("Skipped: ") or "skipped in the second stream")
+        pytest.skip(got.message)
     if got.status == "failed":
         pytest.fail(
             f"failed in the fault suite's second stream, on {stream.host} "

@@ -36,7 +36,7 @@ def test_the_second_process_reports_each_case(tmp_path: Path) -> None:
     ids = [f"{cases}::test_{name}" for name in ("passes", "fails", "skips")]
     stream = fault_streams.SecondStream("none", "lab-x", ids, tmp_path / "stream")
     try:
-        assert stream.names == {"test_passes", "test_fails", "test_skips"}
+        assert stream.node_ids == set(ids)
         assert stream.outcome("test_passes").status == "passed"
         failed = stream.outcome("test_fails")
         assert failed.status == "failed"

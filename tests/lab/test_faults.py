@@ -49,7 +49,8 @@ from gpuprov_lab.site import ansible_env, vault_password_file
 Lab = Any  # tests/lab/conftest.py's Lab
 
 pytestmark = pytest.mark.faults
-SECOND_HOST = pytest.mark.second_host  # may run in the second stream (fault_streams.py)
+# May run in the second stream (fault_streams.py).
+SECOND_HOST = getattr(pytest.mark, fault_streams.MARKER)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent

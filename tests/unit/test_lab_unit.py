@@ -8,6 +8,8 @@ The lab simulates PCI devices only: each host gets a sysfs-shaped tree at
 from __future__ import annotations
 
 import tarfile
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -638,3 +640,20 @@ def test_log_run_keeps_every_run_numbered_with_an_index_line(tmp_path: Path) -> 
         "001 rc=2     61s test: a.py::t :: site.yml --limit h",
         "002 rc=None   3600s kernel tier: h :: site.yml --limit h",
     ]
+
+
+def _log_one(runs: Path, argv: list[str], out: str) -> Path:
+    return site.log_run(runs, argv, 0, 1.0, out, "", "")
+
+
+def test_log_run_numbers_runs_of_several_processes_apart(tmp_path: Path) -> None:
+    """The fault suite's two streams (tests/lab/fault_streams.py) log into one runs/ at once."""
+    runs = tmp_path / "runs"
+    argv = ["ansible-playbook", "-i", "hosts.yml", "site.yml"]
+    outs = [f"run {i}\n" for i in range(40)]
+    with ProcessPoolExecutor(4) as pool:
+        logs = list(pool.map(partial(_log_one, runs, argv), outs))
+    assert sorted(log.name for log in logs) == [f"{n:03d}.log" for n in range(1, 41)]
+    texts = sorted(log.read_text().splitlines()[3] for log in logs)
+    assert texts == sorted(f"run {i}" for i in range(40))  # none overwrote another
+    assert len((runs / "index.txt").read_text().splitlines()) == 40
