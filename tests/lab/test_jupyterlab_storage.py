@@ -6,8 +6,10 @@ signature checks (scripts/gpuprov_lab/s3lab.py), whose key pairs and a notebook 
 the lab's throwaway vault. Nothing here is simulated: real pip installs, systemd, JupyterLab,
 kernels, boto3/awscli against a real server that refuses wrong signatures.
 
-This module reuses the state test_site.py converged (it runs first in a session); run alone
-(`-k notebook_storage`), it converges site.yml once when the lab is not converged yet.
+This module reuses the state test_site.py converged (it runs first in a session), and judges
+that module's no-op re-run and converged check of site.yml as the second run and the check
+run of jupyterlab.yml and storage.yml (shared_runs.py). Run alone (`-k notebook_storage`), it
+converges site.yml once when the lab is not converged yet and runs both playbooks itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import shared_runs
 import yaml
 from gpuprov_lab.site import vault_password_file
 from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
@@ -148,18 +151,26 @@ def env_converged(
 
 
 @pytest.fixture(scope="module")
-def second_run(lab: Lab, env_converged: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """jupyterlab.yml + storage.yml once more: must change nothing, and re-verifies both."""
+def second_run(
+    lab: Lab, env_converged: Path, site_runs: dict[str, shared_runs.Run]
+) -> shared_runs.Run:
+    """jupyterlab.yml + storage.yml once more: must change nothing, and re-verifies both.
+    In the session that run is test_site.py's no-op re-run of site.yml (shared_runs.py)."""
+    noop = site_runs.get(shared_runs.NOOP)
+    if noop is not None and noop.reports is not None:
+        return noop
     proc = lab.ansible_playbook(*PLAYS, "-e", f"gpuprov_report_dir={env_converged}")
-    return proc, env_converged
+    return shared_runs.Run(proc.returncode, proc.stdout, recap(proc.stdout), env_converged)
 
 
 def test_second_run_changes_nothing_and_verifies(
-    lab: Lab, second_run: tuple[subprocess.CompletedProcess[str], Path], torch_hosts: list[str]
+    lab: Lab, second_run: shared_runs.Run, torch_hosts: list[str]
 ) -> None:
-    proc, _ = second_run
+    proc = second_run
     assert proc.returncode == 0, proc.stdout[-6000:]
-    counters = recap(proc.stdout)
+    if proc.plays:  # site.yml's no-op: it ran both playbooks' plays
+        _ran_both(lab, proc, torch_hosts)
+    counters = proc.recap
     assert sorted(counters) == sorted(lab.groups["lab"])
     for host, c in counters.items():
         assert c == {"changed": 0, "unreachable": 0, "failed": 0}, (host, c)
@@ -174,11 +185,12 @@ def test_second_run_changes_nothing_and_verifies(
 
 def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
     lab: Lab,
-    second_run: tuple[subprocess.CompletedProcess[str], Path],
+    second_run: shared_runs.Run,
     torch_hosts: list[str],
     secrets: dict[str, Any],
 ) -> None:
-    _, reports = second_run
+    reports = second_run.reports
+    assert reports is not None
     for host in torch_hosts:
         raw = (reports / "jupyterlab" / f"{host}.json").read_text()
         nb = json.loads(raw)
@@ -416,14 +428,32 @@ def test_awscli_as_the_user_uses_the_written_profiles(lab: Lab, env_converged: P
         assert boto.returncode == 0, boto.stderr
 
 
+def _ran_both(lab: Lab, run: shared_runs.Run, torch_hosts: list[str]) -> None:
+    """A shared site.yml run ran the notebook play on the torch hosts, storage on all."""
+    assert run.ran(REPO / PLAYS[0]) >= set(torch_hosts), run.plays
+    assert run.ran(REPO / PLAYS[1]) >= set(lab.groups["lab"]), run.plays
+
+
 def test_check_mode_of_both_roles_changes_nothing(
-    lab: Lab, env_converged: Path, secrets: dict[str, Any]
+    lab: Lab,
+    env_converged: Path,
+    secrets: dict[str, Any],
+    site_runs: dict[str, shared_runs.Run],
+    torch_hosts: list[str],
 ) -> None:
-    proc = lab.ansible_playbook(*PLAYS, "--check", "--diff")
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    for host, c in recap(proc.stdout).items():
+    """In the session: test_site.py's --check --diff of the converged lab (shared_runs.py)."""
+    kept = site_runs.get(shared_runs.CHECK)
+    if kept is not None:
+        _ran_both(lab, kept, torch_hosts)
+        stdout, counters = kept.stdout, kept.recap
+    else:
+        proc = lab.ansible_playbook(*PLAYS, "--check", "--diff")
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        stdout, counters = proc.stdout, recap(proc.stdout)
+    assert sorted(counters) == sorted(lab.groups["lab"])
+    for host, c in counters.items():
         assert c == {"changed": 0, "unreachable": 0, "failed": 0}, (host, c)
-    assert secrets["vault_jupyterlab_token"] not in proc.stdout
+    assert secrets["vault_jupyterlab_token"] not in stdout
 
 
 def test_no_secret_in_argv_journal_or_world_readable_file(

@@ -1,8 +1,9 @@
 """Multi-host launch and GPU monitoring in the lab, for real (marked `lab`; needs Docker).
 
-After site.yml converged (test_site.py, first in the session) this module runs
-playbooks/launch.yml and playbooks/monitoring.yml again (each must change nothing, and
-`--check --diff` must change nothing either), then:
+After site.yml converged (test_site.py, first in the session) a second run of
+playbooks/launch.yml and playbooks/monitoring.yml must change nothing, and `--check --diff`
+must change nothing either: in the session those are test_site.py's no-op re-run and check of
+the converged lab (shared_runs.py); run alone, this module runs both playbooks itself. Then:
 
 - `gpuprov-launch torchrun` and `gpuprov-launch mpirun` all_reduce across the lab's
   Debian 12 hosts (the launch group: hosts with torch), as the training user, over the
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import shared_runs
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,7 +86,14 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reports(
+    tmp_path_factory: pytest.TempPathFactory, site_runs: dict[str, shared_runs.Run]
+) -> Path:
+    """The reports of the run judged here: site.yml's no-op re-run's (a copy), or this
+    module's own directory when the session has no such run."""
+    noop = site_runs.get(shared_runs.NOOP)
+    if noop is not None and noop.reports is not None:
+        return noop.reports
     return tmp_path_factory.mktemp("launch-reports")
 
 
@@ -103,12 +112,20 @@ def play(lab: Any, playbook: Path, reports: Path, *extra: str) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def converged(lab: Any, launch_hosts: list[str], reports: Path) -> dict[str, Any]:
-    """PyTorch where missing (module run alone), smoke verdicts, then launch + monitoring.
+def converged(
+    lab: Any, launch_hosts: list[str], reports: Path, site_runs: dict[str, shared_runs.Run]
+) -> dict[str, Any]:
+    """The second run of launch.yml and monitoring.yml, whose recaps the idempotence test
+    judges.
 
-    In the session site.yml (test_site.py) already ran launch.yml: this run is its second,
-    whose recap the idempotence test judges; monitoring.yml runs twice here (its facts follow
-    this module's report directory)."""
+    In the session test_site.py's no-op re-run of site.yml is that run (shared_runs.py): it
+    ran the plan, smoke, launch and monitoring plays once more after the converge, against
+    the report directory `reports` is a copy of. Run alone, this module runs them itself:
+    PyTorch where missing, smoke verdicts, then launch + monitoring, and monitoring.yml twice
+    (its facts follow this module's report directory)."""
+    noop = site_runs.get(shared_runs.NOOP)
+    if noop is not None and noop.reports == reports:
+        return {"launch_recap": noop.recap, "monitoring_recap": noop.recap, "shared": noop}
     seconds: dict[str, Any] = {}
     have_torch = lab.ssh(launch_hosts[0], "test -x /opt/gpuprov/venv/bin/python", check=False)
     if have_torch.returncode != 0:
@@ -163,12 +180,26 @@ def test_both_launchers_all_reduce_across_the_bookworm_hosts(
 
 
 def test_launch_and_monitoring_change_nothing_on_a_second_run_and_under_check(
-    lab: Any, converged: dict[str, Any], reports: Path
+    lab: Any,
+    launch_hosts: list[str],
+    converged: dict[str, Any],
+    reports: Path,
+    site_runs: dict[str, shared_runs.Run],
 ) -> None:
     for name in ("launch", "monitoring"):
         changed = {h: r["changed"] for h, r in converged[f"{name}_recap"].items()}
         assert changed, name
         assert set(changed.values()) == {0}, (name, changed)
+    shared = [converged[k] for k in ("shared",) if k in converged]
+    check = site_runs.get(shared_runs.CHECK)
+    if check is not None:  # site.yml --check --diff of the converged lab
+        assert {c["changed"] for c in check.recap.values()} == {0}, check.recap
+        shared.append(check)
+    for run in shared:  # the shared runs did run both playbooks' plays on these hosts
+        assert run.ran(LAUNCH) >= set(launch_hosts), run.plays
+        assert run.ran(MONITORING) >= set(lab.groups["lab"]), run.plays
+    if check is not None:
+        return
     for playbook in (LAUNCH, MONITORING):
         for extra in (("--check", "--diff"),):
             out = play(lab, playbook, reports, *extra)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import shared_runs
 
 from compat import cli
 
@@ -244,8 +245,20 @@ def test_triton_tag_needing_a_newer_driver_is_refused_in_preflight(
 
 
 def test_check_mode_on_the_converged_hosts_changes_nothing(
-    lab: Lab, torch_hosts: list[str], served: Any, capsys: pytest.CaptureFixture[str]
+    lab: Lab,
+    torch_hosts: list[str],
+    served: Any,
+    capsys: pytest.CaptureFixture[str],
+    site_runs: dict[str, shared_runs.Run],
 ) -> None:
+    """In the session: test_site.py's --check --diff of the converged lab (shared_runs.py),
+    which ran plan.yml and serving.yml under check mode on every host."""
+    kept = site_runs.get(shared_runs.CHECK)
+    if kept is not None:
+        assert kept.ran(REPO / "playbooks" / "serving.yml") >= set(torch_hosts), kept.plays
+        for host in torch_hosts:
+            assert kept.recap[host] == {"changed": 0, "unreachable": 0, "failed": 0}, host
+        return
     start = time.monotonic()
     run = lab.ansible_playbook(
         REPO / "playbooks" / "plan.yml",

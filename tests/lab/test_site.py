@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import shared_runs
 import yaml
 from lab_skips import DEFAULT_PRESET, INFRA_DEFAULT, infra_skips
 
@@ -402,9 +403,12 @@ def test_site_second_run_changes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     converged: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
+    site_runs: dict[str, shared_runs.Run],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """The no-op re-run of the converged lab, after the drift test repaired its host: every
-    host unchanged, the repaired one included."""
+    host unchanged, the repaired one included. Kept for the modules that judge a second run
+    of their plays (shared_runs.py), with a copy of the reports it left."""
     if not converged:
         pytest.skip("site.yml did not converge")
     proc, seconds = run_playbook(lab, monkeypatch, SITE, callback=JSON_CALLBACK)
@@ -419,6 +423,8 @@ def test_site_second_run_changes_nothing(
     # no node is drained.
     assert play_hosts(doc, ROLLING_DRIVER_PLAY) == set()
     assert len(driver_hooks(Path(lab.reports))) == converged["hooks"] + 2  # the drift's node
+    copy = tmp_path_factory.mktemp("site-noop-reports")
+    shared_runs.keep(site_runs, shared_runs.NOOP, proc.stdout, doc, Path(lab.reports), copy)
 
 
 def test_check_mode_on_the_converged_lab_changes_nothing(
@@ -426,9 +432,11 @@ def test_check_mode_on_the_converged_lab_changes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     converged: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
+    site_runs: dict[str, shared_runs.Run],
 ) -> None:
     """--check --diff on converged hosts works from the probes' answer (issue 19): every
-    role finds its host converged, no task fails or predicts a change."""
+    role finds its host converged, no task fails or predicts a change. Kept for the modules
+    that judge check mode of their plays (shared_runs.py)."""
     if not converged:
         pytest.skip("site.yml did not converge")
     proc, seconds = run_playbook(
@@ -440,6 +448,8 @@ def test_check_mode_on_the_converged_lab_changes_nothing(
     for name, stats in doc["stats"].items():
         assert stats["failures"] == 0, (name, failed_results(doc))
         assert stats["changed"] == 0, (name, changed_tasks(doc, name))
+    assert sorted(doc["stats"]) == sorted(lab.groups["lab"])
+    shared_runs.keep(site_runs, shared_runs.CHECK, proc.stdout, doc)
 
 
 def test_testinfra_suite_passes(

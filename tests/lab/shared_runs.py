@@ -1,0 +1,86 @@
+"""Runs of site.yml that several lab modules judge: converges are shared (issue 19).
+
+test_site.py's no-op re-run runs every play of site.yml a second time on the converged lab,
+and its `--check --diff` of the converged lab runs every play under check mode. The modules
+that judge a second run of their own plays (jupyterlab.yml and storage.yml; launch.yml and
+monitoring.yml) and check mode of them judge those runs when the session has them (the
+`site_runs` session fixture, conftest.py): a second run of the same playbooks against the
+same lab proves nothing more and costs about two minutes of the lab's two cores. A module
+run alone (or after a test_site.py run that failed: nothing is kept then) runs its plays
+itself, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NOOP = "noop"  # site.yml on the converged lab, after the drift repair: must change nothing
+CHECK = "check"  # site.yml --check --diff on the converged lab: must predict no change
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One ansible-playbook run as the modules judge it."""
+
+    returncode: int
+    stdout: str
+    recap: dict[str, dict[str, int]]  # host -> {"changed", "unreachable", "failed"}
+    reports: Path | None  # the reports as the run left them (a copy), when kept
+    plays: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+
+    def ran(self, playbook: Path) -> set[str]:
+        """The hosts every play of `playbook` did work on in this run (a task not skipped):
+        a module judging a shared run first asserts that its plays were in it."""
+        names = play_names(playbook)
+        missing = [n for n in names if n not in self.plays]
+        assert not missing, f"{playbook.name}: plays {missing} not in the run"
+        return set.intersection(*(set(self.plays[n]) for n in names))
+
+
+def play_names(playbook: Path) -> list[str]:
+    """The names of a playbook file's own plays (what the json callback calls them)."""
+    return [str(p["name"]) for p in yaml.safe_load(playbook.read_text()) if "hosts" in p]
+
+
+def json_plays(doc: dict[str, Any]) -> dict[str, frozenset[str]]:
+    """play name -> the hosts it did work on (a result that is not skipped)."""
+    found: dict[str, set[str]] = {}
+    for play in doc["plays"]:
+        hosts = found.setdefault(play["play"]["name"], set())
+        for task in play["tasks"]:
+            hosts.update(h for h, r in task["hosts"].items() if not r.get("skipped"))
+    return {name: frozenset(hosts) for name, hosts in found.items()}
+
+
+def json_recap(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The json callback's stats as the play recap's counters."""
+    return {
+        host: {
+            "changed": int(s["changed"]),
+            "unreachable": int(s["unreachable"]),
+            "failed": int(s["failures"]),
+        }
+        for host, s in doc["stats"].items()
+    }
+
+
+def keep(
+    runs: dict[str, Run],
+    key: str,
+    stdout: str,
+    doc: dict[str, Any],
+    reports: Path | None = None,
+    copy_to: Path | None = None,
+) -> None:
+    """Keep a run that passed its own test. `reports` is copied to `copy_to` at once: later
+    runs (a check run, a plan with a host stopped) rewrite the lab's report directory."""
+    kept = None
+    if reports is not None and copy_to is not None:
+        shutil.copytree(reports, copy_to, dirs_exist_ok=True)
+        kept = copy_to
+    runs[key] = Run(0, stdout, json_recap(doc), kept, json_plays(doc))
