@@ -239,6 +239,11 @@ def test_check_mode_changes_nothing(
     # The check run did evaluate the roles: on fresh GPU hosts it predicts changes.
     for host in lab.groups["gpu_nodes"]:
         assert doc["stats"][host]["changed"] > 0, (host, doc["stats"][host])
+    # Every fresh node's driver must change; a check changes none, so all are predicted in
+    # one batch (playbooks/driver.yml's serial under --check; the converge rolls them one by one).
+    batches = [p for p in doc["plays"] if p["play"]["name"] == ROLLING_DRIVER_PLAY]
+    assert len(batches) == 1, [sorted(b["tasks"][0]["hosts"]) for b in batches]
+    assert play_hosts(doc, ROLLING_DRIVER_PLAY) == set(lab.groups["gpu_nodes"])
     # --diff shows configuration, not the whole text of gpuprov's own scripts and data
     # (those tasks say `diff: false`): no task prints more than DIFF_LINES_MAX lines per host.
     lines = diff_lines(doc)
