@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -185,6 +186,7 @@ def test_launch_and_monitoring_change_nothing_on_a_second_run_and_under_check(
     converged: dict[str, Any],
     reports: Path,
     site_runs: dict[str, shared_runs.Run],
+    tmp_path: Path,
 ) -> None:
     for name in ("launch", "monitoring"):
         changed = {h: r["changed"] for h, r in converged[f"{name}_recap"].items()}
@@ -200,9 +202,13 @@ def test_launch_and_monitoring_change_nothing_on_a_second_run_and_under_check(
         assert run.ran(MONITORING) >= set(lab.groups["lab"]), run.plays
     if check is not None:
         return
+    where = reports
+    if shared:  # the no-op's reports stay as it left them (scrape.yml writes under --check)
+        where = tmp_path / "reports"
+        shutil.copytree(reports, where)
     for playbook in (LAUNCH, MONITORING):
         for extra in (("--check", "--diff"),):
-            out = play(lab, playbook, reports, *extra)
+            out = play(lab, playbook, where, *extra)
             assert out.returncode == 0, (playbook.name, extra, out.stdout[-4000:])
             changed = {h: r["changed"] for h, r in recap(out.stdout).items()}
             assert changed, (playbook.name, extra, out.stdout[-2000:])

@@ -70,12 +70,16 @@ def torch_hosts(lab: Lab) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served(lab: Lab, torch_hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """The serving reports of the torch hosts; converges the lab first when run alone."""
+def served(
+    lab: Lab, torch_hosts: list[str], site_runs: dict[str, shared_runs.Run]
+) -> dict[str, dict[str, Any]]:
+    """The serving reports of the torch hosts; converges the lab first when run alone (and
+    forgets the session's kept runs, from before this converge)."""
     probe = " && ".join(
         f"systemctl is-active --quiet gpuprov-serve-{s}" for s in ("flask", "torchserve", "triton")
     )
     if any(lab.ssh(h, probe, check=False).returncode != 0 for h in torch_hosts):
+        site_runs.clear()
         run = lab.ansible_playbook(REPO / "playbooks" / "site.yml")
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     reports = {}

@@ -61,17 +61,26 @@ def test_a_run_names_the_hosts_each_playbooks_plays_did_work_on(tmp_path: Path) 
         "- name: Second\n  hosts: gpu\n  tasks: []\n"
         "- ansible.builtin.import_playbook: other.yml\n"
     )
-    task = {"hosts": {"a": {"changed": False}, "b": {"skipped": True}, "c": {}}}
+    # Every targeted host answers the implicit fact gathering: that is not the play's work.
+    facts = {"task": {"name": "Gathering Facts"}, "hosts": {"a": {}, "b": {}, "c": {}, "d": {}}}
+    own = {"task": {"name": "role : a task"}}
     doc = {
         **DOC,
         "plays": [
-            {"play": {"name": "First"}, "tasks": [task]},
-            {"play": {"name": "Second"}, "tasks": [{"hosts": {"a": {}, "b": {"skipped": True}}}]},
+            {
+                "play": {"name": "First"},
+                "tasks": [facts, {**own, "hosts": {"a": {}, "b": {"skipped": True}, "c": {}}}],
+            },
+            {
+                "play": {"name": "Second"},
+                "tasks": [facts, {**own, "hosts": {"a": {}, "b": {"skipped": True}}}],
+            },
         ],
     }
     runs: dict[str, shared_runs.Run] = {}
     shared_runs.keep(runs, shared_runs.NOOP, "", doc)
-    assert runs[shared_runs.NOOP].ran(playbook) == {"a"}  # b skipped everything, c not in Second
+    # b skipped all its own tasks, c is not in Second's, d only gathered facts
+    assert runs[shared_runs.NOOP].ran(playbook) == {"a"}
     del doc["plays"][1]
     shared_runs.keep(runs, shared_runs.NOOP, "", doc)
     with pytest.raises(AssertionError, match=r"plays \['Second'\] not in the run"):
