@@ -56,11 +56,12 @@ syntax: deps  ## --syntax-check every playbook against the example inventory
 	  ANSIBLE_HOST_PATTERN_MISMATCH=ignore \
 	  $(BIN)/ansible-playbook --syntax-check -i inventories/example/hosts.yml $$p || exit 1; done
 
-# One measured run (subprocesses too: pyproject.toml [tool.coverage.run] patch), two gates on
-# its data: compat >= 90%, the Python that runs on hosts (smoke scripts, roles' files/) >= 80%
-# (the few files and functions out of that gate: [tool.coverage.report] omit, exclude_also).
+# One measured run on every core (pytest-xdist; subprocesses measured too: pyproject.toml
+# [tool.coverage.run] patch), two gates on its data: compat >= 90%, the Python that runs on
+# hosts (smoke scripts, roles' files/) >= 80% (the few files and functions out of that gate:
+# [tool.coverage.report] omit, exclude_also).
 unit: venv  ## fast tests (no Docker); branch coverage gates: compat 90%, the hosts' Python 80%
-	$(BIN)/pytest tests/unit tests/lab -m "not lab" --cov --cov-report=
+	$(BIN)/pytest tests/unit tests/lab -m "not lab" -n auto --cov --cov-report=
 	$(BIN)/coverage report --include='compat/*' --fail-under=90
 	$(BIN)/coverage report --include='scripts/smoke/*.py,roles/*/files/*.py' --fail-under=80
 
@@ -70,9 +71,8 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-# Lint, syntax and unit tests are single-threaded: two of them run side by side on two cores,
-# beside the build of the lab's images (debootstrap: mostly waiting on the archive); then the
-# lab tests. --output-sync keeps each target's output together.
+# Lint, syntax and the unit tests (on every core) run side by side, beside the build of the
+# lab's images (debootstrap: mostly waiting on the archive); then the lab tests. --output-sync keeps each target's output together.
 test: prereqs-test  ## everything CI runs (the README's test command)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint syntax unit lab-images
 	$(MAKE) --no-print-directory test-lab
