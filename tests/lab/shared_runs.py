@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from playbook_output import OUTCOME
 
 NOOP = "noop"  # site.yml on the converged lab, after the drift repair: must change nothing
 CHECK = "check"  # site.yml --check --diff on the converged lab: must predict no change
@@ -66,15 +67,9 @@ def json_plays(doc: dict[str, Any]) -> dict[str, frozenset[str]]:
 
 
 def json_recap(doc: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """The json callback's stats as the play recap's counters."""
-    return {
-        host: {
-            "changed": int(s["changed"]),
-            "unreachable": int(s["unreachable"]),
-            "failed": int(s["failures"]),
-        }
-        for host, s in doc["stats"].items()
-    }
+    """The json callback's stats as the play recap's OUTCOME counters."""
+    names = {"failed": "failures"}  # the json callback's name for the recap's failed=
+    return {host: {k: int(s[names.get(k, k)]) for k in OUTCOME} for host, s in doc["stats"].items()}
 
 
 def keep(
@@ -82,13 +77,13 @@ def keep(
     key: str,
     stdout: str,
     doc: dict[str, Any],
-    reports: Path | None = None,
-    copy_to: Path | None = None,
+    reports: tuple[Path, Path] | None = None,
 ) -> None:
-    """Keep a run that passed its own test. `reports` is copied to `copy_to` at once: later
-    runs (a check run, a plan with a host stopped) rewrite the lab's report directory."""
+    """Keep a run that passed its own test. `reports` (the report directory the run wrote,
+    where to keep it) is copied at once: later runs (a check run, a plan with a host stopped)
+    rewrite the lab's report directory."""
     kept = None
-    if reports is not None and copy_to is not None:
-        shutil.copytree(reports, copy_to, dirs_exist_ok=True)
-        kept = copy_to
+    if reports is not None:
+        written, kept = reports
+        shutil.copytree(written, kept, dirs_exist_ok=True)
     runs[key] = Run(0, stdout, json_recap(doc), kept, json_plays(doc))

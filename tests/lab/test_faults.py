@@ -45,6 +45,7 @@ import pytest
 from fault_streams import mirror_lock
 from gpuprov_lab import aptrepo, s3lab
 from gpuprov_lab.site import ansible_env, vault_password_file
+from playbook_output import recap
 
 Lab = Any  # tests/lab/conftest.py's Lab
 
@@ -943,9 +944,7 @@ dpkg -i /root/docker-ce-standin.deb >/dev/null
 
 def _recap_changed(output: str, host: str) -> int:
     """changed= of the host's line in the PLAY RECAP (the last one of the output)."""
-    line = [ln for ln in output.splitlines() if ln.startswith(f"{host} ") and "changed=" in ln]
-    assert line, output[-2000:]
-    return int(line[-1].split("changed=", 1)[1].split()[0])
+    return recap(output)[host]["changed"]
 
 
 @SECOND_HOST

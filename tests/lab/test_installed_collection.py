@@ -17,7 +17,6 @@ here beyond the lab's PCI devices.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +24,13 @@ from typing import Any
 
 import yaml
 from gpuprov_lab.site import ansible_env
+from playbook_output import CONVERGED, outcomes, recap
 
 REPO = Path(__file__).resolve().parents[2]
 GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text())
 FQCN = f"{GALAXY['namespace']}.{GALAXY['name']}"
 HOST = "lab-k40m"
 SMOKE_LAYERS = ["L0", "L1", "L2", "L3", "PERF", "L4", "L6"]
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
-)
 Lab = Any  # tests/lab/conftest.py's Lab
 
 # A user's configuration: the collections path and the connection settings, nothing of the
@@ -137,9 +134,7 @@ def test_a_users_playbook_runs_the_installed_collection_by_fqcn(lab: Lab, tmp_pa
     )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
-    recap = {m.group(1): [int(m.group(i)) for i in range(2, 6)] for m in RECAP.finditer(out)}
-    _ok, changed, unreachable, failed = recap[HOST]
-    assert (changed, unreachable, failed) == (0, 0, 0), out[-6000:]
+    assert outcomes(recap(run.stdout))[HOST] == CONVERGED, out[-6000:]
     # The roles ran from the installed collection, the smoke install phase included.
     for task in (
         f"{FQCN}.nvidia_driver : preflight",

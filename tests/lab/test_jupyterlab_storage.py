@@ -26,6 +26,7 @@ import shared_runs
 import yaml
 from gpuprov_lab.site import vault_password_file
 from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
+from playbook_output import CONVERGED, MARK, outcomes, recap_total
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,11 +34,6 @@ Lab = Any  # tests/lab/conftest.py's Lab
 PLAYS = ("playbooks/jupyterlab.yml", "playbooks/storage.yml")
 HELPER = "/etc/jupyterlab/gpuprov_jupyter.py"
 VENV_PY = "/opt/gpuprov/venv/bin/python"
-RECAP_RE = re.compile(
-    r"^(?P<host>\S+)\s+:\s+ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
-    r"\s+failed=(?P<failed>\d+)",
-    re.MULTILINE,
-)
 # What the lab pins (inventories/lab/group_vars/all/pytorch.yml), read as data here.
 LAB_PYTORCH = yaml.safe_load((REPO / "inventories/lab/group_vars/all/pytorch.yml").read_text())
 
@@ -75,19 +71,6 @@ for top in ["/etc", "/srv", "/var/lib", "/var/log", "/home", "/run", "/tmp", "/o
                 hits.append("world-readable " + path)
 print(json.dumps(hits))
 """
-
-
-def recap(stdout: str) -> dict[str, dict[str, int]]:
-    """host -> counters summed over every PLAY RECAP (one per playbook given)."""
-    sections = stdout.split("PLAY RECAP")[1:]
-    assert sections, stdout[-3000:]
-    total: dict[str, dict[str, int]] = {}
-    for section in sections:
-        for m in RECAP_RE.finditer(section):
-            counters = total.setdefault(m["host"], {"changed": 0, "unreachable": 0, "failed": 0})
-            for key in counters:
-                counters[key] += int(m[key])
-    return total
 
 
 def host_run(
@@ -166,7 +149,7 @@ def second_run(
         return noop
     proc = lab.ansible_playbook(*PLAYS, "-e", f"gpuprov_report_dir={env_converged}")
     # A run that stopped before its recap fails in the test, with its output.
-    counters = recap(proc.stdout) if "PLAY RECAP" in proc.stdout else {}
+    counters = outcomes(recap_total(proc.stdout)) if MARK in proc.stdout else {}
     return shared_runs.Run(proc.returncode, proc.stdout, counters, env_converged)
 
 
@@ -183,7 +166,7 @@ def test_second_run_changes_nothing_and_verifies(
     counters = proc.recap
     assert sorted(counters) == sorted(lab.groups["lab"])
     for host, c in counters.items():
-        assert c == {"changed": 0, "unreachable": 0, "failed": 0}, (host, c)
+        assert c == CONVERGED, (host, c)
     # The role's own verification ran on every torch host (REST health + kernel round trip).
     # The debug message as the callback prints it: in JSON, its quotes escaped.
     answered = re.findall(
@@ -296,7 +279,7 @@ def test_bad_token_refused_before_any_change(
     assert proc.returncode != 0
     assert reason in proc.stdout, proc.stdout[-3000:]
     assert "Nothing was changed." in proc.stdout
-    assert recap(proc.stdout)[host]["changed"] == 0
+    assert recap_total(proc.stdout)[host]["changed"] == 0
     assert _state(lab, host) == before
 
 
@@ -459,10 +442,10 @@ def test_check_mode_of_both_roles_changes_nothing(
     else:
         proc = lab.ansible_playbook(*PLAYS, "--check", "--diff")
         assert proc.returncode == 0, proc.stdout[-4000:]
-        stdout, counters = proc.stdout, recap(proc.stdout)
+        stdout, counters = proc.stdout, outcomes(recap_total(proc.stdout))
     assert sorted(counters) == sorted(lab.groups["lab"])
     for host, c in counters.items():
-        assert c == {"changed": 0, "unreachable": 0, "failed": 0}, (host, c)
+        assert c == CONVERGED, (host, c)
     assert secrets["vault_jupyterlab_token"] not in stdout
 
 

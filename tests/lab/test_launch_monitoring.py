@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 import shared_runs
 import yaml
+from playbook_output import recap
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "playbooks" / "launch.yml"
@@ -55,22 +56,8 @@ NO_WHEELHOUSE = (
     "directory and `pip config set global.find-links DIR`: the lab fixture's `scripts/lab.py up` "
     "copies it to the hosts"
 )
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
-)
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 PCI_GPUS = {"k40m": 1, "m40": 2, "mixed": 2, "a100": 1, "cpu": 0}  # scripts/lab/profiles.yaml
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {
-        m.group(1): {
-            "changed": int(m.group(3)),
-            "unreachable": int(m.group(4)),
-            "failed": int(m.group(5)),
-        }
-        for m in RECAP.finditer(output)
-    }
 
 
 def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -192,27 +179,24 @@ def test_launch_and_monitoring_change_nothing_on_a_second_run_and_under_check(
         changed = {h: r["changed"] for h, r in converged[f"{name}_recap"].items()}
         assert changed, name
         assert set(changed.values()) == {0}, (name, changed)
-    shared = [converged[k] for k in ("shared",) if k in converged]
-    check = site_runs.get(shared_runs.CHECK)
-    if check is not None:  # site.yml --check --diff of the converged lab
-        assert {c["changed"] for c in check.recap.values()} == {0}, check.recap
-        shared.append(check)
-    for run in shared:  # the shared runs did run both playbooks' plays on these hosts
+    noop, check = converged.get("shared"), site_runs.get(shared_runs.CHECK)
+    for run in (r for r in (noop, check) if r is not None):
+        # the shared runs did run both playbooks' plays on these hosts
         assert run.ran(LAUNCH) >= set(launch_hosts), run.plays
         assert run.ran(MONITORING) >= set(lab.groups["lab"]), run.plays
-    if check is not None:
+    if check is not None:  # site.yml --check --diff of the converged lab
+        assert {c["changed"] for c in check.recap.values()} == {0}, check.recap
         return
     where = reports
-    if shared:  # the no-op's reports stay as it left them (scrape.yml writes under --check)
+    if noop is not None:  # its reports stay as it left them (scrape.yml writes under --check)
         where = tmp_path / "reports"
         shutil.copytree(reports, where)
     for playbook in (LAUNCH, MONITORING):
-        for extra in (("--check", "--diff"),):
-            out = play(lab, playbook, where, *extra)
-            assert out.returncode == 0, (playbook.name, extra, out.stdout[-4000:])
-            changed = {h: r["changed"] for h, r in recap(out.stdout).items()}
-            assert changed, (playbook.name, extra, out.stdout[-2000:])
-            assert set(changed.values()) == {0}, (playbook.name, extra, changed)
+        out = play(lab, playbook, where, "--check", "--diff")
+        assert out.returncode == 0, (playbook.name, out.stdout[-4000:])
+        changed = {h: r["changed"] for h, r in recap(out.stdout).items()}
+        assert changed, (playbook.name, out.stdout[-2000:])
+        assert set(changed.values()) == {0}, (playbook.name, changed)
 
 
 def test_node_exporter_serves_gpuprov_metrics_to_the_controller(

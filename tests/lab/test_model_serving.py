@@ -18,7 +18,6 @@ Run: GPUPROV_LAB_NAME=h9 GPUPROV_LAB_KEEP=1 pytest -m lab -p no:randomly \
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import time
 from pathlib import Path
@@ -26,13 +25,11 @@ from typing import Any
 
 import pytest
 import shared_runs
+from playbook_output import CONVERGED, outcomes, recap
 
 from compat import cli
 
 REPO = Path(__file__).resolve().parents[2]
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE
-)
 SMOKE = "/opt/gpuprov/smoke"
 PY = "/opt/gpuprov/venv/bin/python"
 SERVING = "/opt/gpuprov/serving"
@@ -43,17 +40,6 @@ OLD_ORT = "/opt/gpuprov-test/ort-1.16.3-numpy1"
 # uses; 0.7 needs NumPy 2). An old serving stack as a whole, beside the host's torch.
 OLD_ORT_PINS = "onnxruntime==1.16.3 numpy==1.26.4 onnx==1.16.2 ml-dtypes==0.5.1"
 Lab = Any
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {
-        m.group(1): {
-            "changed": int(m.group(3)),
-            "unreachable": int(m.group(4)),
-            "failed": int(m.group(5)),
-        }
-        for m in RECAP.finditer(output)
-    }
 
 
 def timed(capsys: pytest.CaptureFixture[str], what: str, start: float) -> None:
@@ -261,7 +247,7 @@ def test_check_mode_on_the_converged_hosts_changes_nothing(
     if kept is not None:
         assert kept.ran(REPO / "playbooks" / "serving.yml") >= set(torch_hosts), kept.plays
         for host in torch_hosts:
-            assert kept.recap[host] == {"changed": 0, "unreachable": 0, "failed": 0}, host
+            assert kept.recap[host] == CONVERGED, host
         return
     start = time.monotonic()
     run = lab.ansible_playbook(
@@ -273,6 +259,4 @@ def test_check_mode_on_the_converged_hosts_changes_nothing(
     timed(capsys, "serving.yml --check", start)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     for host in torch_hosts:
-        assert recap(run.stdout)[host] == {"changed": 0, "unreachable": 0, "failed": 0}, run.stdout[
-            -6000:
-        ]
+        assert outcomes(recap(run.stdout))[host] == CONVERGED, run.stdout[-6000:]

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from gpuprov_lab import hosts as lab_hosts
 from gpuprov_lab import s3lab
 from gpuprov_lab.engine import Docker, connect_engine, detect_cgroup, wait_ready
 from gpuprov_lab.profiles import HostSpec, load_lab_data
+from playbook_output import recap
 
 # Below 1024: the unprivileged service binds it with the one capability its unit grants. A
 # Docker container lets anyone bind any port (net.ipv4.ip_unprivileged_port_start=0); the cache
@@ -92,12 +92,6 @@ def _said(output: str) -> str:
     """Ansible's output as one line of text (the YAML result format may fold a message, and
     doubles an apostrophe in a single-quoted one)."""
     return " ".join(output.replace("''", "'").split())
-
-
-def _recap(output: str, host: str) -> dict[str, int]:
-    match = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", output, re.MULTILINE)
-    assert match, output[-3000:]
-    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))}
 
 
 @dataclasses.dataclass
@@ -406,7 +400,7 @@ def _offline_host(
         *reports,
     )
     assert first_check.returncode == 0, first_check.stdout[-6000:] + first_check.stderr[-2000:]
-    assert _recap(first_check.stdout, "offline-k40m")["failed"] == 0, first_check.stdout[-6000:]
+    assert recap(first_check.stdout)["offline-k40m"]["failed"] == 0, first_check.stdout[-6000:]
     said = _said(first_check.stdout)
     assert f"Check mode: Could not fetch the bundle's key {url}/apt/gpgkey" in said
     assert "the roles that install packages end here without predicting" in said
@@ -466,11 +460,11 @@ def _offline_host(
         "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache", *reports
     )
     assert served.returncode == 0, served.stdout[-4000:] + served.stderr[-2000:]
-    assert _recap(served.stdout, "bundle-cache")["failed"] == 0
+    assert recap(served.stdout)["bundle-cache"]["failed"] == 0
     again_served = lab.ansible_playbook(
         "playbooks/bundle_mirror.yml", "-i", str(extra), "--limit", "bundle-cache", *reports
     )
-    assert _recap(again_served.stdout, "bundle-cache")["changed"] == 0, again_served.stdout[-3000:]
+    assert recap(again_served.stdout)["bundle-cache"]["changed"] == 0, again_served.stdout[-3000:]
     unit = offline_lab.ssh(
         "bundle-cache", "systemctl show -p User -p ActiveState gpuprov-bundle.service"
     ).stdout
@@ -485,10 +479,10 @@ def _offline_host(
     )
     seconds = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
-    recap = _recap(run.stdout, "offline-k40m")
-    notes.append(f"offline converge of offline-k40m: {seconds:.0f} s, {recap}")
-    assert recap["failed"] == 0
-    assert recap["unreachable"] == 0
+    counters = recap(run.stdout)["offline-k40m"]
+    notes.append(f"offline converge of offline-k40m: {seconds:.0f} s, {counters}")
+    assert counters["failed"] == 0
+    assert counters["unreachable"] == 0
 
     # Its apt sources: the bundle's only; its pip index: the bundle's.
     sources = offline_lab.ssh(
@@ -518,7 +512,7 @@ def _offline_host(
         "playbooks/site.yml", "-i", str(extra), "--limit", "offline-k40m", *reports
     )
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    assert _recap(rerun.stdout, "offline-k40m")["changed"] == 0, rerun.stdout[-5000:]
+    assert recap(rerun.stdout)["offline-k40m"]["changed"] == 0, rerun.stdout[-5000:]
     # And --check --diff says so too (the client's key is read, not fetched as a change).
     checked = lab.ansible_playbook(
         "playbooks/site.yml",
@@ -531,4 +525,4 @@ def _offline_host(
         *reports,
     )
     assert checked.returncode == 0, checked.stdout[-4000:]
-    assert _recap(checked.stdout, "offline-k40m")["changed"] == 0, checked.stdout[-5000:]
+    assert recap(checked.stdout)["offline-k40m"]["changed"] == 0, checked.stdout[-5000:]

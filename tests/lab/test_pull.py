@@ -27,8 +27,8 @@ import yaml
 from gpuprov_lab.aptrepo import gateway_ip, serve, shutdown
 from gpuprov_lab.s3lab import PKG_DIR, s3_name
 from gpuprov_lab.site import vault_password_file
+from playbook_output import recap
 from test_jupyterlab_storage import host_run, lab_vault
-from test_site import parse_recap
 
 Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
 
@@ -215,7 +215,7 @@ def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
     # pull.yml again, now that the host pulled: nothing to change.
     again = lab.ansible_playbook(*base)
     assert again.returncode == 0, again.stdout[-4000:]
-    assert parse_recap(again.stdout)[pull_host]["changed"] == 0, again.stdout[-4000:]
+    assert recap(again.stdout)[pull_host]["changed"] == 0, again.stdout[-4000:]
 
     # Secrets: root-only files, in no report, argv or journal line.
     files = "/etc/gpuprov/pull/report.env /etc/gpuprov/pull/vault-password"

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from l5_distributed import TIMEOUT_RCS  # scripts/smoke: timeout(1) gave up or killed torchrun
+from playbook_output import recap
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_VARS = REPO / "inventories" / "lab" / "group_vars" / "all"
@@ -38,21 +39,6 @@ NO_WHEELHOUSE = (
     "directory and `pip config set global.find-links DIR`: the lab fixture's `scripts/lab.py up` "
     "copies it to the hosts"
 )
-RECAP = re.compile(
-    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
-)
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {
-        m.group(1): {
-            "ok": int(m.group(2)),
-            "changed": int(m.group(3)),
-            "unreachable": int(m.group(4)),
-            "failed": int(m.group(5)),
-        }
-        for m in RECAP.finditer(output)
-    }
 
 
 def test_the_timeouts_are_the_lab_files():

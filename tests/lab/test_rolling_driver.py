@@ -19,16 +19,15 @@ role converges the node; what differs from a branch change is only the packages 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playbook_output import recap
 
 PLAYBOOKS = ("playbooks/plan.yml", "playbooks/driver.yml")
 SOURCES = "/etc/apt/sources.list.d/gpuprov-debian-nonfree.sources"
 DEAD_MIRROR = "http://127.0.0.1:9/debian"
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
 
 
 def _hooks(log: Path) -> dict[str, Any]:
@@ -90,7 +89,10 @@ def test_a_failed_batch_stops_the_rollout_and_only_verified_nodes_are_undrained(
     assert second.returncode == 0, second.stdout[-4000:]
     assert _events(log) == [("drain", failed), ("undrain", failed)]
     assert "127.0.0.1:9" not in _mirror_of(lab, failed)
-    recap = {m[1]: (int(m[2]), int(m[3])) for m in RECAP.finditer(second.stdout)}
-    assert recap[failed][0] > 0, second.stdout[-3000:]
+    counters = recap(second.stdout)
+    assert counters[failed]["changed"] > 0, second.stdout[-3000:]
     for host in set(gpu_nodes) - {failed}:
-        assert recap[host] == (0, 0), (host, second.stdout[-3000:])
+        assert (counters[host]["changed"], counters[host]["failed"]) == (0, 0), (
+            host,
+            second.stdout[-3000:],
+        )

@@ -44,7 +44,7 @@ def test_the_reports_are_kept_as_the_run_left_them(tmp_path: Path) -> None:
     # The metrics' "verdicts last changed" stamp is judged against the smoke report's mtime.
     os.utime(lab_reports / "smoke" / "lab-k40m.json", (1_700_000_000, 1_700_000_000))
     runs: dict[str, shared_runs.Run] = {}
-    shared_runs.keep(runs, shared_runs.NOOP, "", DOC, lab_reports, tmp_path / "kept")
+    shared_runs.keep(runs, shared_runs.NOOP, "", DOC, (lab_reports, tmp_path / "kept"))
     (lab_reports / "plan" / "lab-k40m.json").unlink()
     (lab_reports / "smoke" / "lab-k40m.json").write_text('{"ok": false}')
     kept = runs[shared_runs.NOOP].reports
