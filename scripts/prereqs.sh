@@ -3,7 +3,8 @@
 #
 #   scripts/prereqs.sh venv   python3 with venv, an ssh client        (make venv)
 #   scripts/prereqs.sh lab    + Docker engine, debootstrap, dpkg-dev, gnupg (make lab)
-#   scripts/prereqs.sh test   + shellcheck, chromium (the fleet page's browser test) (make test)
+#   scripts/prereqs.sh test   + shellcheck, chromium (the fleet page's browser test), ip and
+#                             nsenter (the fault suite)                              (make test)
 #
 # On Debian as root it installs what is missing with apt-get (and says what), then, for
 # `lab` and `test`, starts dockerd when no engine answers (log: .lab/dockerd.log; waits at
@@ -31,7 +32,9 @@ if [[ $what != venv ]]; then
   checks+=(docker:docker.io dockerd:docker.io debootstrap:debootstrap
     dpkg-scanpackages:dpkg-dev gpg:gnupg tar:tar)
 fi
-[[ $what == test ]] && checks+=(shellcheck:shellcheck chromium:chromium)
+# test: the linters' shellcheck, the fleet page's browser, and what the fault suite uses to
+# cut a lab host's route to the mirror (ip, run in the host's network namespace by nsenter).
+[[ $what == test ]] && checks+=(shellcheck:shellcheck chromium:chromium ip:iproute2 nsenter:util-linux)
 
 missing=()
 add() { [[ " ${missing[*]} " == *" $1 "* ]] || missing+=("$1"); }

@@ -9,11 +9,12 @@ its turn comes here, each of them reports what it did there: passed, failed (wit
 stream's report of it) or skipped (with its reason). Without such a host they run here, on
 the K40m host, after the others.
 
-Both streams use the lab's mirror. A case that changes it (cut off the network, re-signed,
-its packages gone) holds `mirror_lock(exclusive=True)`; the second stream holds it shared
-around each of its runs that reach the mirror (every play: apt updates all sources) and
-around a kill (a host started again while the mirror is off the network could take its
-address). A turnstile lets a waiting exclusive holder in before the next shared one.
+Both streams use the lab's mirror. A case that changes it (re-dated, re-signed, its packages
+gone) holds `mirror_lock(exclusive=True)`; the second stream holds it shared around each of
+its runs that reach the mirror (every play: apt updates all sources), a killed one included.
+A case that only makes the mirror unreachable does so for its own host (a route cut there):
+the other stream goes on. A turnstile lets a waiting exclusive holder in before the next
+shared one.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Every case breaks something for real on the lab's GPU host (a Debian 12 container), runs the
 playbooks the fault hits, and then re-runs them after the fault is gone. Nothing is mocked:
 the host is `docker kill`-ed while dpkg installs the driver or Docker, or while pip writes
-torch (found by polling `docker exec ... pgrep`), apt's cache is a 1 MiB tmpfs, the lab's
-mirror container (the stand-in for NVIDIA's toolkit repository) is cut off the lab network
-or loses its packages (404), dockerd is stopped with systemctl, daemon.json is overwritten
+torch (found by polling `docker exec ... pgrep`), apt's cache is a 1 MiB tmpfs, the host's
+route to the lab's mirror container (the stand-in for NVIDIA's toolkit repository) is cut,
+the mirror loses its packages (404), dockerd is stopped with systemctl, daemon.json is overwritten
 with invalid JSON, sshd is restarted and the controller's session processes are killed by
 PID.
 
@@ -363,7 +363,7 @@ def _kill_during_dpkg(
     (2026-12-04) whose re-run found no dpkg to repair."""
     container = _container(lab, host)
     _sh(lab, host, reset)
-    with _mirror_used(lab):  # the killed host is started again before the mirror may go
+    with _mirror_used(lab):  # the killed run reaches the mirror too
         proc = _start(lab, playbooks, host, reports)
         landed = _when_running(container, proc, pattern)
         if landed and writing:
@@ -547,27 +547,21 @@ def _mirror_address(name: str, net: str) -> str:
 
 
 @contextlib.contextmanager
-def _mirror_cut(lab: Lab) -> Iterator[None]:
-    """Disconnect the mirror from the lab network (its address is gone: "No route to host")."""
-    with _mirror_changed(lab):  # the second stream waits meanwhile
-        name, net = f"{lab.name}-mirror", f"{lab.name}-net"
-        address = _mirror_address(name, net)
-        _docker("network", "disconnect", net, name)
-        try:
-            yield
-        finally:
-            # Docker hands the lowest free address back; the lab's networks have no user-set
-            # subnet, so `--ip` is refused. If another address comes back, `lab.py up` rewrites
-            # the inventory's mirror URL (and the toolkit role the host's source).
-            _docker("network", "connect", "--alias", "mirror", net, name)
-            if _mirror_address(name, net) != address:
-                lab.lab_py(
-                    "--inventory",
-                    str(lab.inventory),
-                    "up",
-                    "--hosts",
-                    os.environ.get("GPUPROV_LAB_HOSTS", "default"),
-                )
+def _mirror_unreachable(lab: Lab, host: str) -> Iterator[None]:
+    """The mirror unreachable from `host` ("No route to host" at once): an `unreachable` route
+    to its address in the host's network namespace (the lab's hosts have NET_ADMIN; the
+    controller's `ip` runs there through nsenter). The mirror stays up for the other stream,
+    which goes on meanwhile."""
+    name, net = f"{lab.name}-mirror", f"{lab.name}-net"
+    address = _mirror_address(name, net)
+    assert address, f"{name} has no address on {net}"
+    pid = _docker("inspect", "--format", "{{.State.Pid}}", _container(lab, host)).stdout.strip()
+    route = ["nsenter", "--target", pid, "--net", "ip", "route"]
+    subprocess.run([*route, "add", "unreachable", f"{address}/32"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*route, "del", "unreachable", f"{address}/32"], check=True)
 
 
 def _reset_toolkit(lab: Lab, host: str, keep_source: bool, keep_lists: bool = False) -> None:
@@ -606,7 +600,7 @@ def _mirror_case(
 ) -> None:
     host, reports = faulty
     _reset_toolkit(lab, host, keep_source)
-    with _mirror_cut(lab):
+    with _mirror_unreachable(lab, host):
         first = _play(lab, TOOLKIT, host, reports)
     assert first.returncode != 0
     text = first.stdout + first.stderr
@@ -625,7 +619,7 @@ def test_mirror_cut_before_the_key_download(
         lab,
         faulty,
         capsys,
-        "mirror cut before the key download",
+        "mirror unreachable before the key download (the host's route to it cut)",
         False,
         ("nvidia_container_toolkit_apt_gpg_key_url", "/gpgkey", "proxy", "CA"),
     )
@@ -638,7 +632,7 @@ def test_mirror_cut_at_apt_update(
         lab,
         faulty,
         capsys,
-        "mirror cut at apt update (key and source in place)",
+        "mirror unreachable at apt update (key and source in place)",
         True,
         ("set by nvidia_container_toolkit_apt_repo_url", "not marked fresh"),
     )
