@@ -72,7 +72,8 @@ test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, s
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
 # Lint, syntax and the unit tests (on every core) run side by side, beside the build of the
-# lab's images (debootstrap: mostly waiting on the archive); then the lab tests. --output-sync keeps each target's output together.
+# lab's images (debootstrap: mostly waiting on the archive); then the lab tests. --output-sync
+# keeps each target's output together.
 test: prereqs-test  ## everything CI runs (the README's test command)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint syntax unit lab-images
 	$(MAKE) --no-print-directory test-lab

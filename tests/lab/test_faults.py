@@ -5,9 +5,9 @@ playbooks the fault hits, and then re-runs them after the fault is gone. Nothing
 the host is `docker kill`-ed while dpkg installs the driver or Docker, or while pip writes
 torch (found by polling `docker exec ... pgrep`), apt's cache is a 1 MiB tmpfs, the host's
 route to the lab's mirror container (the stand-in for NVIDIA's toolkit repository) is cut,
-the mirror loses its packages (404), dockerd is stopped with systemctl, daemon.json is overwritten
-with invalid JSON, sshd is restarted and the controller's session processes are killed by
-PID.
+the mirror loses its packages (404), dockerd is stopped with systemctl, daemon.json is
+overwritten with invalid JSON, sshd is restarted and the controller's session processes are
+killed by PID.
 
 Cases reuse the host: each resets only what it needs (packages removed with `apt-get remove`,
 their .debs kept in apt's cache so the re-run does not download them again) instead of
