@@ -2,8 +2,8 @@
 
 The same rules as ansible-playbook: inventory plugins (YAML, INI, scripts), group_vars/
 and host_vars/ next to the inventory, group depth and priority. Values are returned as
-written (Jinja is not rendered), except the connection variables (CONNECTION_KEYS), which
-are rendered with the host's variables.
+written (Jinja is not rendered), except the connection variables (CONNECTION_KEYS) and the
+keys a caller names (`render`), which are rendered with the host's variables.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ def _vault_secrets(loader: Any, password_file: str) -> list[Any]:
     return list(CLI.setup_vault_secrets(loader, vault_ids=[], vault_password_files=[password_file]))
 
 
-def read(path: Path, *, with_vars: bool = True) -> Inventory:
-    """Every host (with its merged variables unless with_vars is False) and group."""
+def read(path: Path, *, with_vars: bool = True, render: tuple[str, ...] = ()) -> Inventory:
+    """Every host (with its merged variables unless with_vars is False) and group; the
+    connection variables and the keys in `render` rendered with the host's variables."""
     if not path.exists():
         raise InventoryError(f"cannot read inventory {path}: no such file or directory")
     from ansible.errors import AnsibleError
@@ -89,7 +90,7 @@ def read(path: Path, *, with_vars: bool = True) -> Inventory:
                     and not k.startswith("ansible_play")
                 }
                 templar = Templar(loader=loader, variables=raw)
-                for key in CONNECTION_KEYS:
+                for key in (*CONNECTION_KEYS, *render):
                     if key in raw:
                         hv[key] = _plain(templar.template(raw[key]))
             hosts[host.name] = hv

@@ -322,10 +322,15 @@ def _docker_available() -> bool:
     return proc.returncode == 0
 
 
+# The lab's per-host choices that are Jinja in inventories/lab/group_vars and that tests act on:
+# which hosts serve models (test_model_serving.py).
+RENDERED = ("model_serving_stacks",)
+
+
 def _read_inventory(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
     """hostvars and groups of the generated inventory, read with Ansible's inventory API
-    (group_vars/ included, as ansible-playbook sees them)."""
-    inv = ansible_inventory.read(path)
+    (group_vars/ included, as ansible-playbook sees them; RENDERED rendered per host)."""
+    inv = ansible_inventory.read(path, render=RENDERED)
     return inv.hosts, inv.groups
 
 

@@ -30,6 +30,8 @@ OTHER_HOSTS = (
     "needs two bookworm hosts",  # test_launch_monitoring.py
     "no bookworm host in this lab",  # test_model_serving.py, test_jupyterlab_storage.py
     "no bookworm K40m host in this lab",  # test_model_serving.py
+    "no host of this lab serves",  # test_model_serving.py (the K40m host serves)
+    "every torch host of this lab serves",  # test_model_serving.py
     "needs two GPU nodes",  # test_site.py's unreachable-host test
     "needs a trixie host",  # test_pull.py
     "needs a Debian 12 K40m node",  # test_offline_bundle.py
@@ -79,17 +81,20 @@ _TOOLKIT_DEFAULTS = {
     "docker_daemon_options is empty",
     "nvidia_container_toolkit_package_hold is false",
 }
+# Only lab-k40m serves (group_vars/all/model_serving.yml); the other hosts have no stack.
+_NO_STACKS = {"model_serving_stacks is empty on this host"}
 _NO_TORCH = {  # the trixie host: the lab's torch wheel is cp311 (group_vars/all/pytorch.yml)
     "test_jupyterlab": {"jupyterlab_method: none on this host"},
     "test_launch": {"not in dist_launch_hosts"},
     "test_pytorch": {"pytorch_method: none"},
-    "test_serving": {"model_serving_stacks is empty on this host"},
+    "test_serving": _NO_STACKS,
 }
 INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
     "lab-cpu": {
         "test_docker": _DOCKER_DEFAULTS,
         "test_driver": {"not in gpu_nodes"},
         "test_toolkit": {"not in gpu_nodes"},
+        "test_serving": _NO_STACKS,
     },
     "lab-k40m": {  # group_vars/gpu_k40m.yml turns on what the roles leave off by default
         "test_docker": {"no --docker-preserved-key given"},
@@ -105,6 +110,7 @@ INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
         "test_docker": _DOCKER_DEFAULTS,
         "test_driver": {"container"},
         "test_toolkit": _TOOLKIT_DEFAULTS,
+        "test_serving": _NO_STACKS,
     },
 }
 

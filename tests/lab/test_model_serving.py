@@ -1,10 +1,11 @@
 """Export checks and model serving in the lab, for real (marked `lab`; needs a Docker engine).
 
 Runs after test_site.py in the same session (conftest.py orders it first), on the hosts that
-site.yml converged: every bookworm host (torch 2.13.0+cpu) serves the L6 model with Flask
-behind gunicorn, TorchServe 0.12.0 (Java from Debian) and Triton (the tritonserver that the
-nvidia-pytriton wheel bundles, on the CPU: nvcr.io is unreachable here). Alone, the module
-converges the lab with site.yml first.
+site.yml converged: every bookworm host has torch 2.13.0+cpu and passes the export checks; the
+hosts whose model_serving_stacks the lab's inventory fills (lab-k40m) serve the L6 model with
+Flask behind gunicorn, TorchServe 0.12.0 (Java from Debian) and Triton (the tritonserver that
+the nvidia-pytriton wheel bundles, on the CPU: nvcr.io is unreachable here); the other torch
+hosts serve nothing. Alone, the module converges the lab with site.yml first.
 
 Nothing is simulated here but the lab's PCI devices: the exports, pip installs, the servers,
 the HTTP/gRPC requests and tritonclient are real. The opset-mismatch test installs a real old
@@ -25,6 +26,7 @@ from typing import Any
 
 import pytest
 import shared_runs
+import yaml
 from playbook_output import CONVERGED, outcomes, recap
 
 from compat import cli
@@ -56,20 +58,30 @@ def torch_hosts(lab: Lab) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def serving_hosts(lab: Lab, torch_hosts: list[str]) -> list[str]:
+    """The torch hosts whose model_serving_stacks (rendered from the lab's inventory,
+    conftest.RENDERED) name a stack."""
+    hosts = [h for h in torch_hosts if lab.hosts[h].get("model_serving_stacks")]
+    if not hosts:
+        pytest.skip("no host of this lab serves (model_serving_stacks empty everywhere)")
+    return hosts
+
+
+@pytest.fixture(scope="module")
 def served(
-    lab: Lab, torch_hosts: list[str], site_runs: dict[str, shared_runs.Run]
+    lab: Lab, serving_hosts: list[str], site_runs: dict[str, shared_runs.Run]
 ) -> dict[str, dict[str, Any]]:
-    """The serving reports of the torch hosts; converges the lab first when run alone (and
+    """The serving reports of the serving hosts; converges the lab first when run alone (and
     forgets the session's kept runs, from before this converge)."""
     probe = " && ".join(
         f"systemctl is-active --quiet gpuprov-serve-{s}" for s in ("flask", "torchserve", "triton")
     )
-    if any(lab.ssh(h, probe, check=False).returncode != 0 for h in torch_hosts):
+    if any(lab.ssh(h, probe, check=False).returncode != 0 for h in serving_hosts):
         site_runs.clear()
         run = lab.ansible_playbook(REPO / "playbooks" / "site.yml")
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     reports = {}
-    for host in torch_hosts:
+    for host in serving_hosts:
         path = lab.reports / "serving" / f"{host}.json"
         assert path.exists(), f"{path}: site.yml wrote no serving report"
         reports[host] = json.loads(path.read_text(encoding="utf-8"))
@@ -140,9 +152,9 @@ def test_an_opset_the_installed_onnxruntime_lacks_fails_naming_both_versions(
 
 
 def test_every_stack_answers_a_real_inference(
-    lab: Lab, torch_hosts: list[str], served: Any, capsys: pytest.CaptureFixture[str]
+    lab: Lab, serving_hosts: list[str], served: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for host in torch_hosts:
+    for host in serving_hosts:
         report = served[host]
         with capsys.disabled():  # the median round trips, for the README: printed, never asserted
             for e in report["endpoints"]:
@@ -197,6 +209,35 @@ def test_every_stack_answers_a_real_inference(
             for row_got, row_want in zip(got, sample["output"], strict=True):
                 for g, w in zip(row_got, row_want, strict=True):
                     assert abs(g - w) <= 1e-4 + 1e-4 * abs(w), (host, name, got, sample["output"])
+
+
+def test_a_torch_host_with_no_stack_serves_nothing(
+    lab: Lab, torch_hosts: list[str], serving_hosts: list[str], served: Any
+) -> None:
+    """model_serving_stacks empty (lab-mixed, lab-cpu): the role ran there (serving.yml's play
+    covers every node) and installed, wrote and started nothing: no unit, no serving directory,
+    no listener on the stacks' ports."""
+    idle = sorted(set(torch_hosts) - set(serving_hosts))
+    if not idle:
+        pytest.skip("every torch host of this lab serves")
+    defaults = yaml.safe_load((REPO / "roles/model_serving/defaults/main.yml").read_text())
+    ports = sorted(v for k, v in defaults.items() if k.endswith("_port"))  # the lab keeps them
+    assert len(ports) == 7, ports
+    listening = (
+        "import socket, sys\n"
+        "for port in map(int, sys.argv[1:]):\n"
+        "    with socket.socket() as s:\n"
+        "        if s.connect_ex(('127.0.0.1', port)) == 0:\n"
+        "            print(port)\n"
+    )
+    for host in idle:
+        units = lab.ssh(host, "ls /etc/systemd/system | grep gpuprov-serve; true").stdout
+        assert units == "", (host, units)
+        assert lab.ssh(host, f"test -e {SERVING}", check=False).returncode == 1, host
+        open_ports = lab.ssh(
+            host, f"python3 -c {shlex.quote(listening)} {' '.join(map(str, ports))}"
+        ).stdout
+        assert open_ports == "", (host, open_ports)
 
 
 def test_triton_tag_needing_a_newer_driver_is_refused_in_preflight(

@@ -568,6 +568,32 @@ def test_a_missing_tool_is_one_line_not_a_traceback(
     )
 
 
+def test_an_inventory_renders_the_keys_asked_for_with_each_hosts_groups(tmp_path: Path) -> None:
+    """`render` names keys rendered with the host's variables, group_names included (the lab's
+    model_serving_stacks); other Jinja stays as written."""
+    from gpuprov_lab import ansible_inventory
+
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": {
+                        "stacks": "{{ ['flask'] if 'serve' in group_names else [] }}",
+                        "other": "{{ 1 + 1 }}",
+                    },
+                    "hosts": {"h1": {}},
+                    "children": {"serve": {"hosts": {"h2": {}}}},
+                }
+            }
+        )
+    )
+    got = ansible_inventory.read(hosts, render=("stacks",)).hosts
+    assert (got["h1"]["stacks"], got["h2"]["stacks"]) == ([], ["flask"])
+    assert got["h2"]["other"] == "{{ 1 + 1 }}"
+    assert ansible_inventory.read(hosts).hosts["h2"]["stacks"].startswith("{{")
+
+
 def test_an_inventory_with_vaulted_values_reads_twice_in_one_process(tmp_path: Path) -> None:
     """ansible-core 2.19's vault context may be set up once per process; the lab's tests read
     the inventory again after `lab.py up` rewrote it (test_lab_ops). In a child process: the
