@@ -1,8 +1,10 @@
 """The verifying fast path's shape in every provisioning role (issue 19), tested as data.
 
-Each role probes first (plugins/modules/gpuprov_state.py), runs its change phases in one
-block only when the probe found a difference, forgets its record before changing anything
-and records last, only on a run that reached every task. What the probe finds and repairs
+Each role probes first (plugins/modules/gpuprov_state.py), includes its change phases
+(tasks/converge.yml) only when the probe found a difference, forgets its record before
+changing anything and records last, only on a run that reached every task. An include, not a
+block: a block's condition is copied to each task in it, and each skipped task still costs
+the controller a worker per host. What the probe finds and repairs
 on real hosts is tested in tests/lab/test_site.py (the drift cases) and
 tests/unit/test_gpuprov_state.py.
 """
@@ -49,8 +51,8 @@ SPEC_KEYS = {
 }
 
 
-def _tasks(role: str) -> list[dict[str, Any]]:
-    doc = yaml.safe_load((ROLES / role / "tasks" / "main.yml").read_text())
+def _tasks(role: str, name: str = "main.yml") -> list[dict[str, Any]]:
+    doc = yaml.safe_load((ROLES / role / "tasks" / name).read_text())
     assert isinstance(doc, list)
     return doc
 
@@ -69,29 +71,33 @@ def test_every_role_is_listed() -> None:
 
 
 @pytest.mark.parametrize("role", FAST_PATH_ROLES)
-def test_probe_then_one_gated_block_forget_first_record_last(role: str) -> None:
+def test_probe_then_one_gated_include_forget_first_record_last(role: str) -> None:
     tasks = _tasks(role)
     probes = _state_calls(tasks)
-    assert len(probes) == 1, "one probe, outside the block"
+    assert len(probes) == 1, "one probe, outside the converge phases"
     probe = probes[0]
     assert probe["gpuprov_state"]["role"] == role
     assert probe["gpuprov_state"].get("state", "probe") == "probe"
     assert probe["register"] == f"__{role}_state"
     assert "always" in probe["tags"]
-    blocks = [t for t in tasks if "block" in t]
-    assert len(blocks) == 1
-    block = blocks[0]
-    assert tasks.index(probe) < tasks.index(block)
-    assert f"_{role}_converge" in str(block["when"])
-    first, last = block["block"][0], block["block"][-1]
-    calls = _state_calls(block["block"])
+    assert not [t for t in tasks if "block" in t], "a block's condition is checked per task"
+    gates = [t for t in tasks if "converge.yml" in str(t.get("ansible.builtin.include_tasks"))]
+    assert len(gates) == 1
+    gate = gates[0]
+    assert gate["ansible.builtin.include_tasks"] == {"file": "converge.yml"}
+    assert tasks.index(probe) < tasks.index(gate)
+    assert f"_{role}_converge" in str(gate["when"])
+    assert gate["tags"] == ["always"], "included under any --tags; its tasks keep their own"
+    phases_all = _tasks(role, "converge.yml")
+    first, last = phases_all[0], phases_all[-1]
+    calls = _state_calls(phases_all)
     assert [c["gpuprov_state"].get("state") for c in calls].count("forget") == 1
-    phases = [t for t in block["block"] if "gpuprov_state" not in t]
+    phases = [t for t in phases_all if "gpuprov_state" not in t]
     # Forget comes before every change phase (a preflight that changes nothing may precede).
     forget = next(c for c in calls if c["gpuprov_state"].get("state") == "forget")
-    later = block["block"][block["block"].index(forget) + 1 :]
+    later = phases_all[phases_all.index(forget) + 1 :]
     assert all("preflight" not in str(t.get("import_tasks", t)) for t in later)
-    assert phases, "the change phases are inside the block"
+    assert phases, "the change phases are in converge.yml"
     assert first is forget or "preflight" in str(first)
     assert last["gpuprov_state"]["state"] == "record"
     assert last["when"] == f"_{role}_state_full_run"
