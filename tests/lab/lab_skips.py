@@ -32,6 +32,8 @@ OTHER_HOSTS = (
     "no bookworm K40m host in this lab",  # test_model_serving.py
     "no host of this lab serves",  # test_model_serving.py (the K40m host serves)
     "every torch host of this lab serves",  # test_model_serving.py
+    "no notebook server in this lab",  # test_jupyterlab_storage.py (lab-k40m runs one)
+    "every host of this lab runs a notebook server",  # test_jupyterlab_storage.py
     "needs two GPU nodes",  # test_site.py's unreachable-host test
     "needs a trixie host",  # test_pull.py
     "needs a Debian 12 K40m node",  # test_offline_bundle.py
@@ -81,10 +83,12 @@ _TOOLKIT_DEFAULTS = {
     "docker_daemon_options is empty",
     "nvidia_container_toolkit_package_hold is false",
 }
-# Only lab-k40m serves (group_vars/all/model_serving.yml); the other hosts have no stack.
+# Only lab-k40m serves and runs a notebook server (group_vars/all/model_serving.yml and
+# notebook.yml); the other torch hosts have neither.
 _NO_STACKS = {"model_serving_stacks is empty on this host"}
+_NO_NOTEBOOK = {"jupyterlab_method: none on this host"}
 _NO_TORCH = {  # the trixie host: the lab's torch wheel is cp311 (group_vars/all/pytorch.yml)
-    "test_jupyterlab": {"jupyterlab_method: none on this host"},
+    "test_jupyterlab": _NO_NOTEBOOK,
     "test_launch": {"not in dist_launch_hosts"},
     "test_pytorch": {"pytorch_method: none"},
     "test_serving": _NO_STACKS,
@@ -94,6 +98,7 @@ INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
         "test_docker": _DOCKER_DEFAULTS,
         "test_driver": {"not in gpu_nodes"},
         "test_toolkit": {"not in gpu_nodes"},
+        "test_jupyterlab": _NO_NOTEBOOK,
         "test_serving": _NO_STACKS,
     },
     "lab-k40m": {  # group_vars/gpu_k40m.yml turns on what the roles leave off by default
@@ -110,6 +115,7 @@ INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
         "test_docker": _DOCKER_DEFAULTS,
         "test_driver": {"container"},
         "test_toolkit": _TOOLKIT_DEFAULTS,
+        "test_jupyterlab": _NO_NOTEBOOK,
         "test_serving": _NO_STACKS,
     },
 }

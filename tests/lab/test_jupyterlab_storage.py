@@ -14,6 +14,7 @@ converges site.yml once when the lab is not converged yet and runs both playbook
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import subprocess
@@ -108,10 +109,12 @@ def lab_vault(lab: Lab) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def torch_hosts(lab: Lab) -> list[str]:
-    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("lab_release") == "bookworm"]
+def notebook_hosts(lab: Lab) -> list[str]:
+    """The hosts whose jupyterlab_method (rendered from the lab's inventory, conftest.RENDERED)
+    is not none: lab-k40m in the default lab (inventories/lab/group_vars/all/notebook.yml)."""
+    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("jupyterlab_method") != "none"]
     if not hosts:
-        pytest.skip("no bookworm host in this lab: no torch environment, no notebook server")
+        pytest.skip("no notebook server in this lab (jupyterlab_method none everywhere)")
     return hosts
 
 
@@ -123,14 +126,14 @@ def secrets(lab: Lab) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def env_converged(
     lab: Lab,
-    torch_hosts: list[str],
+    notebook_hosts: list[str],
     tmp_path_factory: pytest.TempPathFactory,
     site_runs: dict[str, shared_runs.Run],
 ) -> Path:
     """The lab with notebook and storage converged; site.yml runs only when it is not (and
     the session's kept runs, from before this converge, are forgotten)."""
     probe = "systemctl is-active --quiet jupyterlab && test -x /opt/gpuprov/tools-venv/bin/aws"
-    if not all(host_run(lab, h, probe).returncode == 0 for h in torch_hosts):
+    if not all(host_run(lab, h, probe).returncode == 0 for h in notebook_hosts):
         site_runs.clear()
         reports = tmp_path_factory.mktemp("site-reports")
         proc = lab.ansible_playbook("playbooks/site.yml", "-e", f"gpuprov_report_dir={reports}")
@@ -156,35 +159,35 @@ def second_run(
 def test_second_run_changes_nothing_and_verifies(
     lab: Lab,
     second_run: shared_runs.Run,
-    torch_hosts: list[str],
+    notebook_hosts: list[str],
     site_runs: dict[str, shared_runs.Run],
 ) -> None:
     proc = second_run
     assert proc.returncode == 0, proc.stdout[-6000:]
     if proc is site_runs.get(shared_runs.NOOP):  # it ran both playbooks' plays
-        _ran_both(lab, proc, torch_hosts)
+        _ran_both(lab, proc, notebook_hosts)
     counters = proc.recap
     assert sorted(counters) == sorted(lab.groups["lab"])
     for host, c in counters.items():
         assert c == CONVERGED, (host, c)
-    # The role's own verification ran on every torch host (REST health + kernel round trip).
+    # The role's own verification ran on every notebook host (REST health + kernel round trip).
     # The debug message as the callback prints it: in JSON, its quotes escaped.
     answered = re.findall(
         r'([\w.-]+): kernel \\?"PyTorch 2\.13\.0 \(CPU\)\\?" answered torch 2\.13\.0\+cpu',
         proc.stdout,
     )
-    assert sorted(answered) == sorted(torch_hosts), proc.stdout[-4000:]
+    assert sorted(answered) == sorted(notebook_hosts), proc.stdout[-4000:]
 
 
 def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
     lab: Lab,
     second_run: shared_runs.Run,
-    torch_hosts: list[str],
+    notebook_hosts: list[str],
     secrets: dict[str, Any],
 ) -> None:
     reports = second_run.reports
     assert reports is not None
-    for host in torch_hosts:
+    for host in notebook_hosts:
         raw = (reports / "jupyterlab" / f"{host}.json").read_text()
         nb = json.loads(raw)
         assert nb["verdict"] == "pass", nb
@@ -210,11 +213,11 @@ def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
 
 
 def test_kernel_round_trip(
-    lab: Lab, env_converged: Path, torch_hosts: list[str], secrets: dict[str, Any]
+    lab: Lab, env_converged: Path, notebook_hosts: list[str], secrets: dict[str, Any]
 ) -> None:
     """The helper, driven from here: REST with the token, a kernel through the server."""
     expected = f"{LAB_PYTORCH['pytorch_torch_version']}+{LAB_PYTORCH['pytorch_variant']}"
-    for host in torch_hosts:
+    for host in notebook_hosts:
         installed = host_run(lab, host, f"{VENV_PY} -c 'import torch; print(torch.__version__)'")
         assert installed.stdout.strip() == expected, installed
         proc = host_run(
@@ -245,6 +248,26 @@ def test_kernel_round_trip(
         assert "Forbidden" in bad["error"], bad
 
 
+def test_a_host_with_jupyterlab_method_none_runs_no_notebook_server(
+    lab: Lab, env_converged: Path, notebook_hosts: list[str]
+) -> None:
+    """lab-m40 (no torch environment), lab-mixed and lab-cpu (the lab runs one notebook
+    server): the role installed, wrote and started nothing there."""
+    others = sorted(set(lab.groups["lab"]) - set(notebook_hosts))
+    if not others:
+        pytest.skip("every host of this lab runs a notebook server")
+    for host in others:
+        left = host_run(
+            lab,
+            host,
+            "ls /etc/systemd/system/jupyterlab.service /etc/jupyterlab 2>/dev/null; "
+            "systemctl is-active jupyterlab; "
+            "python3 -c 'import socket; print(socket.socket().connect_ex((\"127.0.0.1\", 8888)))'",
+        ).stdout.split()
+        assert left[-2:] == ["inactive", str(errno.ECONNREFUSED)], (host, left)
+        assert left[:-2] == [], (host, left)
+
+
 def _state(lab: Lab, host: str) -> str:
     return host_run(
         lab,
@@ -266,12 +289,12 @@ def _state(lab: Lab, host: str) -> str:
 def test_bad_token_refused_before_any_change(
     lab: Lab,
     env_converged: Path,
-    torch_hosts: list[str],
+    notebook_hosts: list[str],
     token: str,
     reason: str,
     tmp_path: Path,
 ) -> None:
-    host = torch_hosts[0]
+    host = notebook_hosts[0]
     before = _state(lab, host)
     extra = tmp_path / "token.json"
     extra.write_text(json.dumps({"jupyterlab_token": token}))
@@ -421,9 +444,9 @@ def test_awscli_as_the_user_uses_the_written_profiles(lab: Lab, env_converged: P
         assert boto.returncode == 0, boto.stderr
 
 
-def _ran_both(lab: Lab, run: shared_runs.Run, torch_hosts: list[str]) -> None:
-    """A shared site.yml run ran the notebook play on the torch hosts, storage on all."""
-    assert run.ran(REPO / PLAYS[0]) >= set(torch_hosts), run.plays
+def _ran_both(lab: Lab, run: shared_runs.Run, notebook_hosts: list[str]) -> None:
+    """A shared site.yml run ran the notebook play on the notebook hosts, storage on all."""
+    assert run.ran(REPO / PLAYS[0]) >= set(notebook_hosts), run.plays
     assert run.ran(REPO / PLAYS[1]) >= set(lab.groups["lab"]), run.plays
 
 
@@ -432,12 +455,12 @@ def test_check_mode_of_both_roles_changes_nothing(
     env_converged: Path,
     secrets: dict[str, Any],
     site_runs: dict[str, shared_runs.Run],
-    torch_hosts: list[str],
+    notebook_hosts: list[str],
 ) -> None:
     """In the session: test_site.py's --check --diff of the converged lab (shared_runs.py)."""
     kept = site_runs.get(shared_runs.CHECK)
     if kept is not None:
-        _ran_both(lab, kept, torch_hosts)
+        _ran_both(lab, kept, notebook_hosts)
         stdout, counters = kept.stdout, kept.recap
     else:
         proc = lab.ansible_playbook(*PLAYS, "--check", "--diff")
