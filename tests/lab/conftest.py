@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -41,6 +42,7 @@ from typing import Any
 import fault_streams
 import pytest
 import shared_runs
+import yaml
 from gpuprov_lab import ansible_inventory
 from gpuprov_lab.inventory import ssh_argv
 from gpuprov_lab.site import ansible_env, ansible_tool, log_run, vault_password_file
@@ -93,6 +95,21 @@ class Lab:
             check=check,
             timeout=timeout,
         )
+
+    def connect_results(self, host: str, ports: Sequence[int]) -> dict[int, int]:
+        """port -> what connect_ex to 127.0.0.1:port on the host returned (0: something
+        listens; errno.ECONNREFUSED: nothing does)."""
+        script = (
+            "import json, socket, sys\n"
+            "out = {}\n"
+            "for port in map(int, sys.argv[1:]):\n"
+            "    with socket.socket() as s:\n"
+            "        out[port] = s.connect_ex(('127.0.0.1', port))\n"
+            "print(json.dumps(out))\n"
+        )
+        argv = " ".join(str(p) for p in ports)
+        out = self.ssh(host, f"python3 -c {shlex.quote(script)} {argv}").stdout
+        return {int(k): v for k, v in json.loads(out).items()}
 
     def settle(self, host: str, timeout: float = 300) -> None:
         """Wait until a (re)started host answers SSH and its boot has settled: `systemctl
@@ -308,6 +325,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         "tests/lab/lab_skips.py with the condition under which it is expected (the session "
         "fails)."
     )
+
+
+def role_ports(role: str) -> list[int]:
+    """The ports a role's defaults name (its variables ending in _port; the lab keeps them)."""
+    defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
+    return sorted(v for k, v in defaults.items() if k.endswith("_port"))
 
 
 def _docker_available() -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import shared_runs
 import yaml
+from conftest import role_ports
 from gpuprov_lab.site import vault_password_file
 from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
 from playbook_output import CONVERGED, MARK, outcomes, recap_total
@@ -256,16 +257,17 @@ def test_a_host_with_jupyterlab_method_none_runs_no_notebook_server(
     others = sorted(set(lab.groups["lab"]) - set(notebook_hosts))
     if not others:
         pytest.skip("every host of this lab runs a notebook server")
+    ports = role_ports("jupyterlab")
+    assert ports == [8888], ports
     for host in others:
         left = host_run(
             lab,
             host,
             "ls /etc/systemd/system/jupyterlab.service /etc/jupyterlab 2>/dev/null; "
-            "systemctl is-active jupyterlab; "
-            "python3 -c 'import socket; print(socket.socket().connect_ex((\"127.0.0.1\", 8888)))'",
+            "systemctl is-active jupyterlab",
         ).stdout.split()
-        assert left[-2:] == ["inactive", str(errno.ECONNREFUSED)], (host, left)
-        assert left[:-2] == [], (host, left)
+        assert left == ["inactive"], (host, left)
+        assert lab.connect_results(host, ports) == {8888: errno.ECONNREFUSED}, host
 
 
 def _state(lab: Lab, host: str) -> str:
