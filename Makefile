@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # (expanded when the recipe runs).
 LAB_VAULT = $(shell test -f .lab/$(LAB)/vault-password && echo --vault-password-file .lab/$(LAB)/vault-password)
 
-.PHONY: help prereqs prereqs-test venv deps lint unit test test-lab lab lab-up lab-site lab-down \
+.PHONY: help prereqs prereqs-test venv deps lint unit lint-idle syntax-idle test test-lab test-lab-live lab lab-up lab-site lab-down \
         lab-status lab-images site report check syntax \
         bench bench-site readme-table test-faults test-kernel ee bundle
 
@@ -71,12 +71,18 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-# Lint, syntax and the unit tests (on every core) run side by side, beside the build of the
-# lab's images (debootstrap: mostly waiting on the archive); then the lab tests. --output-sync
-# keeps each target's output together.
-test: prereqs-test  ## everything CI runs (the README's test command)
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint syntax unit lab-images
-	$(MAKE) --no-print-directory test-lab
+# The lab tests (the long part: their `up` builds the images) and beside them the checks: the
+# unit tests (on every core), lint and syntax at the lowest CPU priority, so that they take the
+# CPU the lab leaves idle (about a fifth of it: docs/benchmarks.md) and do not slow it. Each
+# check's output comes in one block when it ends (--output-sync); the lab tests' is live.
+test: prereqs-test deps  ## everything CI runs (the README's test command)
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit lint-idle syntax-idle test-lab-live
+
+lint-idle syntax-idle: deps
+	nice -n 19 $(MAKE) --no-print-directory $(@:-idle=)
+
+test-lab-live: deps
+	$(MAKE) --no-print-directory --output-sync=none test-lab
 
 lab-images: venv  ## build the lab's Debian images (for GPUPROV_LAB_HOSTS, default 'default')
 	$(BIN)/python scripts/lab.py images --hosts "$${GPUPROV_LAB_HOSTS:-default}"
