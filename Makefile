@@ -71,12 +71,15 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-# The lab tests (the long part: their `up` builds the images) and beside them the checks: the
-# unit tests (on every core), lint and syntax at the lowest CPU priority, so that they take the
-# CPU the lab leaves idle (about a fifth of it: docs/benchmarks.md) and do not slow it. Each
-# check's output comes in one block when it ends (--output-sync); the lab tests' is live.
+# The unit tests first (on every core), then the lab tests (their `up` builds the images) with
+# lint and syntax beside them at the lowest CPU priority: these take the CPU the lab leaves
+# idle (about a fifth of it: docs/benchmarks.md) and barely slow it. The unit tests stay out of
+# the lab's way: at normal priority they slowed its first run as much as they saved, and at
+# the lowest their timeouts would meet the lab's busiest minutes. Lint's and syntax's output
+# comes in one block when each ends (--output-sync); the lab tests' is live.
 test: prereqs-test deps  ## everything CI runs (the README's test command)
-	$(MAKE) --no-print-directory -j4 --output-sync=target unit lint-idle syntax-idle test-lab-live
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint-idle syntax-idle test-lab-live
 
 lint-idle syntax-idle: deps
 	nice -n 19 $(MAKE) --no-print-directory $(@:-idle=)

@@ -241,14 +241,16 @@ FIRST_MODULES = ("test_site.py", "test_offline_bundle.py")
 # their provisioning.
 LAST_MODULES = ("test_pull.py", "test_faults.py", "test_lab_ops.py")
 # Tests that wait for work an earlier test started in the background, and the module they
-# run just before: test_offline_bundle.py's first test starts the offline host's converge
-# (one host: about one core of the two) right after test_site.py; the modules between run
-# beside it, and the fault suite (which cuts the lab's mirror) waits for it.
+# run just before: test_offline_bundle.py's first test starts the bundle's build (mostly
+# network waits) and then the offline host's converge (one host: about one core of the two)
+# right after test_site.py; the modules between run beside it, the fault suite too (its cases
+# that change the lab's mirror wait for the build: fault_streams.mirror_lock). test_lab_ops.py
+# replaces lab hosts, and `up` would take the offline network's hosts for the lab's.
 JOINS = {
     (
         "test_offline_bundle.py",
         "test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle",
-    ): "test_faults.py",
+    ): "test_lab_ops.py",
 }
 # The collected tests marked `lab` (their ids), and those of them that skipped, as (test id,
 # reason): judged at the end of the session (pytest_sessionfinish). A test's keywords would

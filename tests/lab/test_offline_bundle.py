@@ -28,6 +28,7 @@ import bundle
 import pytest
 import yaml
 from conftest import REPO, Lab
+from fault_streams import mirror_lock
 from gpuprov_lab import hosts as lab_hosts
 from gpuprov_lab import s3lab
 from gpuprov_lab.engine import Docker, connect_engine, detect_cgroup, wait_ready
@@ -161,9 +162,11 @@ class OfflineNet:
 
 @dataclasses.dataclass
 class Background:
-    """The offline host's part of this test (steps 2-6), run in a thread beside the modules
-    that follow (conftest.JOINS): one host's converge keeps about one of the machine's two
-    cores busy, so the lab's other modules use the other. `notes`: what it printed."""
+    """The bundle's build and the offline host's part of this test (steps 2-6), run in a
+    thread beside the modules that follow, the fault suite included (conftest.JOINS): the
+    build mostly waits on the network, and one host's converge keeps about one of the
+    machine's two cores busy, where the lab's other modules leave about a fifth idle.
+    `notes`: what it printed."""
 
     thread: threading.Thread
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -202,10 +205,13 @@ def _staging_host(lab: Lab) -> str:
 def test_a_converged_hosts_bundle_is_built_and_an_offline_host_starts_from_it(
     lab: Lab, offline_run: dict[str, Background], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    """Collects what the converged staging host installed (here: the modules after this one
+    change that host) and starts the rest in the background: the bundle's build (downloads,
+    mostly waiting on the network), then the offline host (steps 2-6)."""
     staging = _staging_host(lab)
     tmp_path = tmp_path_factory.mktemp("offline")
 
-    # 1. Collect what the converged staging host installed; build the bundle (twice).
+    # 1. Collect what the converged staging host installed.
     out = tmp_path / "out"
     lab.ansible_playbook(
         "playbooks/bundle.yml", "--limit", staging, "-e", f"gpuprov_report_dir={out}", check=True
@@ -220,15 +226,54 @@ def test_a_converged_hosts_bundle_is_built_and_an_offline_host_starts_from_it(
         f"gpuprov_report_dir={out / 'fleet'}",
         check=True,
     )
-    manifest = bundle.build(out)
+    # What the staging host has now: the offline host must end with the same (the modules
+    # that run beside it may change the staging host meanwhile).
+    staged = Staged(_installed(lab.ssh(staging, DPKG).stdout), _freeze(lab, staging))
+    docker = connect_engine()
+    image = docker.out(
+        [
+            "inspect",
+            "-f",
+            '{{index .Config.Labels "gpuprov.image"}}',
+            str(lab.hosts[staging]["lab_container"]),
+        ]
+    )
+
+    # The build and 2-6 in the background (Background), beside the modules up to
+    # test_lab_ops.py: its own environment (a test's monkeypatch must not reach its runs) and
+    # report directory.
+    background_lab = dataclasses.replace(
+        lab, base_env=dict(os.environ), run_label="test: offline host (background)"
+    )
+    net = _offline_net(docker, lab, tmp_path)
+    notes: list[str] = []
+
+    def run() -> None:
+        try:
+            _build(lab, staging, out, notes)
+            _offline_host(background_lab, net, staging, image, out, staged, tmp_path, notes)
+        except BaseException as exc:  # handed to the test that waits (re-raised there)
+            offline_run["run"].error = exc
+        finally:
+            net.close()
+
+    offline_run["run"] = Background(threading.Thread(target=run, daemon=True), notes)
+    offline_run["run"].thread.start()
+
+
+def _build(lab: Lab, staging: str, out: Path, notes: list[str]) -> None:
+    """The bundle built from the collected lists (twice: the second downloads nothing), with
+    the lab's mirror held shared: the fault suite's cases that change it wait."""
+    with mirror_lock(REPO / ".lab" / lab.name, exclusive=False):
+        manifest = bundle.build(out)
+        again = bundle.build(out)
     assert manifest["fleet"] == {staging: next(iter(manifest["plans"]))}, manifest["plans"]
-    notes = [
+    notes.append(
         f"bundle of {staging}: {manifest['debs']} packages, {manifest['wheels']} wheels, "
         f"{manifest['bytes'] / 1e6:.0f} MB, fetched {manifest['fetched_bytes'] / 1e6:.0f} MB "
         f"in {manifest['build_seconds']} s; plans {json.dumps(manifest['plans'])}"
-    ]
+    )
     assert manifest["not_downloadable"] == {}
-    again = bundle.build(out)
     assert again["fetched_bytes"] == 0, "a second build downloads nothing"
     subprocess.run(
         ["sha256sum", "--check", "--quiet", "SHA256SUMS"], cwd=out / "bundle", check=True
@@ -248,37 +293,6 @@ def test_a_converged_hosts_bundle_is_built_and_an_offline_host_starts_from_it(
         check=False,
     )
     assert resolved.returncode == 0, resolved.stderr[-3000:]
-
-    # What the staging host has now: the offline host must end with the same (the modules
-    # that run beside it may change the staging host meanwhile).
-    staged = Staged(_installed(lab.ssh(staging, DPKG).stdout), _freeze(lab, staging))
-    docker = connect_engine()
-    image = docker.out(
-        [
-            "inspect",
-            "-f",
-            '{{index .Config.Labels "gpuprov.image"}}',
-            str(lab.hosts[staging]["lab_container"]),
-        ]
-    )
-
-    # 2-6 in the background (Background), beside the modules up to the fault suite: its own
-    # environment (a test's monkeypatch must not reach its runs) and report directory.
-    background_lab = dataclasses.replace(
-        lab, base_env=dict(os.environ), run_label="test: offline host (background)"
-    )
-    net = _offline_net(docker, lab, tmp_path)
-
-    def run() -> None:
-        try:
-            _offline_host(background_lab, net, staging, image, out, staged, tmp_path, notes)
-        except BaseException as exc:  # handed to the test that waits (re-raised there)
-            offline_run["run"].error = exc
-        finally:
-            net.close()
-
-    offline_run["run"] = Background(threading.Thread(target=run, daemon=True), notes)
-    offline_run["run"].thread.start()
 
 
 def test_a_host_with_no_route_out_converges_site_yml_from_the_served_bundle(
