@@ -28,11 +28,13 @@ prereqs-test:  ## the same for `make test`, plus the linters' system tools (shel
 
 # The editable install of gpuprov itself with Python warnings off: setuptools' build backend
 # otherwise prints an informational "BuildBackendWarning: Editable installation" box.
+# --no-compile: Python compiles what it imports when it first imports it; compiling all of
+# `ansible`'s collections up front made a 13 s install take 33 s.
 $(BIN)/.stamp: requirements-dev.txt pyproject.toml
 	scripts/prereqs.sh venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-compile -r requirements-dev.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
@@ -71,20 +73,20 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-# The unit tests first (on every core), then the lab tests (their `up` builds the images) with
-# lint and syntax beside them at the lowest CPU priority: these take the CPU the lab leaves
-# idle (about a fifth of it: docs/benchmarks.md) and barely slow it. The unit tests stay out of
-# the lab's way: at normal priority they slowed its first run as much as they saved, and at
-# the lowest their timeouts would meet the lab's busiest minutes. Lint's and syntax's output
-# comes in one block when each ends (--output-sync); the lab tests' is live.
+# The unit tests (on every core) with lint and syntax beside them at the lowest CPU priority;
+# the lab tests (their `up` builds the images) once the unit tests passed, lint and syntax
+# going on beside them. At the lowest priority these take the CPU the others leave idle (about
+# a fifth of it: docs/benchmarks.md) and barely slow them. The unit tests stay out of the lab's
+# way: at normal priority beside it they slowed its first run as much as they saved, and at
+# the lowest their timeouts would meet the lab's busiest minutes. Each check's output comes in
+# one block when it ends (--output-sync); the lab tests' is live.
 test: prereqs-test deps  ## everything CI runs (the README's test command)
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint-idle syntax-idle test-lab-live
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit lint-idle syntax-idle test-lab-live
 
 lint-idle syntax-idle: deps
 	nice -n 19 $(MAKE) --no-print-directory $(@:-idle=)
 
-test-lab-live: deps
+test-lab-live: deps unit
 	$(MAKE) --no-print-directory --output-sync=none test-lab
 
 lab-images: venv  ## build the lab's Debian images (for GPUPROV_LAB_HOSTS, default 'default')
