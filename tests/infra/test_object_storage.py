@@ -2,6 +2,9 @@
 ~/.aws is theirs alone, and awscli is the pinned one in the tools venv.
 
 pytest tests/infra/test_object_storage.py --hosts=ansible://all --ansible-inventory=INV
+
+Hosts with object_storage_method: none (from the inventory, rendered as the play sees it) skip;
+tests/lab/test_jupyterlab_storage.py checks that the role left nothing on them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from conftest import skip_outside_play
 def storage(host: Any, object_storage_vars: dict[str, Any]) -> dict[str, Any]:
     skip_outside_play(host, "object_storage")
     values = object_storage_vars
+    if values["object_storage_method"] == "none":
+        reason = values.get("object_storage_skip_reason") or "no reason given"
+        pytest.skip(f"object_storage_method: none on this host ({reason})")
     if not values["object_storage_users"]:
         pytest.skip("object_storage_users is empty")
     return values

@@ -348,9 +348,9 @@ def _docker_available() -> bool:
 
 
 # The lab's per-host choices that are Jinja in inventories/lab/group_vars and that tests act on:
-# which hosts serve models (test_model_serving.py) and run a notebook server
-# (test_jupyterlab_storage.py).
-RENDERED = ("model_serving_stacks", "jupyterlab_method")
+# which hosts serve models (test_model_serving.py), run a notebook server and get storage
+# clients (test_jupyterlab_storage.py).
+RENDERED = ("model_serving_stacks", "jupyterlab_method", "object_storage_method")
 
 
 def _read_inventory(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:

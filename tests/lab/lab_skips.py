@@ -34,6 +34,8 @@ OTHER_HOSTS = (
     "every torch host of this lab serves",  # test_model_serving.py
     "no notebook server in this lab",  # test_jupyterlab_storage.py (lab-k40m runs one)
     "every host of this lab runs a notebook server",  # test_jupyterlab_storage.py
+    "no storage clients in this lab",  # test_jupyterlab_storage.py (lab-k40m and trixie get them)
+    "every host of this lab has storage clients",  # test_jupyterlab_storage.py
     "needs two GPU nodes",  # test_site.py's unreachable-host test
     "needs a trixie host",  # test_pull.py
     "needs a Debian 12 K40m node",  # test_offline_bundle.py
@@ -87,6 +89,8 @@ _TOOLKIT_DEFAULTS = {
 # notebook.yml); the other torch hosts have neither.
 _NO_STACKS = {"model_serving_stacks is empty on this host"}
 _NO_NOTEBOOK = {"jupyterlab_method: none on this host"}
+# Storage clients on lab-k40m and the trixie host only (group_vars/all/storage.yml).
+_NO_STORAGE = {"object_storage_method: none on this host"}
 _NO_TORCH = {  # the trixie host: the lab's torch wheel is cp311 (group_vars/all/pytorch.yml)
     "test_jupyterlab": _NO_NOTEBOOK,
     "test_launch": {"not in dist_launch_hosts"},
@@ -99,6 +103,7 @@ INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
         "test_driver": {"not in gpu_nodes"},
         "test_toolkit": {"not in gpu_nodes"},
         "test_jupyterlab": _NO_NOTEBOOK,
+        "test_object_storage": _NO_STORAGE,
         "test_serving": _NO_STACKS,
     },
     "lab-k40m": {  # group_vars/gpu_k40m.yml turns on what the roles leave off by default
@@ -116,6 +121,7 @@ INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
         "test_driver": {"container"},
         "test_toolkit": _TOOLKIT_DEFAULTS,
         "test_jupyterlab": _NO_NOTEBOOK,
+        "test_object_storage": _NO_STORAGE,
         "test_serving": _NO_STACKS,
     },
 }

@@ -120,6 +120,16 @@ def notebook_hosts(lab: Lab) -> list[str]:
 
 
 @pytest.fixture(scope="module")
+def storage_hosts(lab: Lab) -> list[str]:
+    """The hosts whose object_storage_method (rendered, conftest.RENDERED) is not none: lab-k40m
+    and the trixie host in the default lab (inventories/lab/group_vars/all/storage.yml)."""
+    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("object_storage_method") != "none"]
+    if not hosts:
+        pytest.skip("no storage clients in this lab (object_storage_method none everywhere)")
+    return hosts
+
+
+@pytest.fixture(scope="module")
 def secrets(lab: Lab) -> dict[str, Any]:
     return lab_vault(lab)
 
@@ -184,6 +194,7 @@ def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
     lab: Lab,
     second_run: shared_runs.Run,
     notebook_hosts: list[str],
+    storage_hosts: list[str],
     secrets: dict[str, Any],
 ) -> None:
     reports = second_run.reports
@@ -201,7 +212,7 @@ def test_reports_hold_url_kernel_and_verdicts_but_no_secret(
             False,
         )
         assert secrets["vault_jupyterlab_token"] not in raw
-    for host in lab.groups["lab"]:
+    for host in storage_hosts:
         raw = (reports / "storage" / f"{host}.json").read_text()
         doc = json.loads(raw)
         assert {p["profile"]: p["verdict"] for p in doc["profiles"]} == {
@@ -268,6 +279,27 @@ def test_a_host_with_jupyterlab_method_none_runs_no_notebook_server(
         ).stdout.split()
         assert left == ["inactive"], (host, left)
         assert lab.connect_results(host, ports) == {8888: errno.ECONNREFUSED}, host
+
+
+def test_a_host_with_object_storage_method_none_gets_no_clients(
+    lab: Lab, env_converged: Path, storage_hosts: list[str]
+) -> None:
+    """lab-mixed and lab-cpu: the role installed, wrote and verified nothing there (the storage
+    play ran on them: test_second_run_changes_nothing_and_verifies)."""
+    others = sorted(set(lab.groups["lab"]) - set(storage_hosts))
+    if not others:
+        pytest.skip("every host of this lab has storage clients")
+    for host in others:
+        users = lab.hosts[host]["object_storage_users"]
+        left = host_run(
+            lab,
+            host,
+            "ls -d /opt/gpuprov/tools-venv /usr/local/bin/aws "
+            + " ".join(f"~{user}/.aws" for user in users)
+            + " 2>/dev/null; true",
+        ).stdout.split()
+        assert left == [], (host, left)
+        assert not (lab.reports / "storage" / f"{host}.json").exists(), host
 
 
 def _state(lab: Lab, host: str) -> str:
@@ -348,8 +380,9 @@ def test_wrong_key_pair_fails_with_one_clear_line(
     override: dict[str, str],
     code: str,
     tmp_path: Path,
+    storage_hosts: list[str],
 ) -> None:
-    host = lab.groups["lab"][0]
+    host = storage_hosts[0]
     extra = tmp_path / "profiles.json"
     extra.write_text(
         json.dumps({"object_storage_profiles": _profiles(lab, host, secrets, **override)})
@@ -408,11 +441,11 @@ print(json.dumps(out))
 
 
 def test_a_bucket_another_host_created_since_the_head_is_not_an_error(
-    lab: Lab, env_converged: Path, secrets: dict[str, Any]
+    lab: Lab, env_converged: Path, secrets: dict[str, Any], storage_hosts: list[str]
 ) -> None:
     """CI stop 17: lab-k40m failed site.yml with "create bucket failed (BucketAlreadyOwnedByYou)"
     because every host probes lab-b's bucket at once."""
-    host = lab.groups["lab"][0]
+    host = storage_hosts[0]
     profile = next(p for p in _profiles(lab, host, secrets) if p["region"] != "us-east-1")
     keys = {k: profile.pop(k) for k in ("access_key", "secret_key")}
     stdin = json.dumps(profile) + "\n" + json.dumps(keys) + "\n"
@@ -431,9 +464,11 @@ def test_a_bucket_another_host_created_since_the_head_is_not_an_error(
     }
 
 
-def test_awscli_as_the_user_uses_the_written_profiles(lab: Lab, env_converged: Path) -> None:
+def test_awscli_as_the_user_uses_the_written_profiles(
+    lab: Lab, env_converged: Path, storage_hosts: list[str]
+) -> None:
     """~/.aws as written works with the real awscli, per profile (path-style, region)."""
-    for host in lab.groups["lab"]:
+    for host in storage_hosts:
         for profile, spec in lab.hosts[host]["lab_s3_profiles"].items():
             proc = host_run(
                 lab,
