@@ -161,7 +161,7 @@ class Lab:
 
     def testinfra(self, hosts: str, *args: str) -> subprocess.CompletedProcess[str]:
         """run_testinfra, asserting that it passed with nothing failed. Returns the verbose
-        run (one PASSED line per test and host)."""
+        run (one PASSED line per test and host; with -n, in xdist's order and format)."""
         proc = self.run_testinfra(hosts, *args)
         tail = proc.stdout[-6000:] + proc.stderr[-2000:]
         assert proc.returncode == 0, f"{shlex.join(proc.args)}\n{tail}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 DEFAULT_PRESET = "default"  # GPUPROV_LAB_HOSTS's default (tests/lab/conftest.py)
 
@@ -127,21 +127,46 @@ INFRA_DEFAULT: dict[str, dict[str, set[str]]] = {
 }
 
 
+def _infra_cases(
+    junit_xml: str, hosts: Iterable[str]
+) -> Iterator[tuple[str | None, str, str, ET.Element]]:
+    """(host, module, test function, case) per case of a testinfra JUnit report; host is None
+    for a case that names no ansible:// host."""
+    names = sorted(hosts, key=len, reverse=True)  # lab-m40 before lab-m4...
+    for case in ET.fromstring(junit_xml).iter("testcase"):  # noqa: S314  # our pytest's report
+        name = case.get("name", "")
+        module = case.get("classname", "").rsplit(".", 1)[-1]
+        match = re.search(r"\[ansible://([^\]]+)\]", name)
+        if match is None:
+            yield None, module, name, case
+            continue
+        host = next((h for h in names if match.group(1).startswith(h)), None)
+        if host is None:
+            raise ValueError(f"testinfra case of an unknown host: {name}")
+        yield host, module, name.split("[", 1)[0], case
+
+
 def infra_skips(junit_xml: str, hosts: Iterable[str]) -> dict[str, dict[str, set[str]]]:
     """host -> module -> skip reasons (up to the first " (") of a testinfra JUnit report."""
-    names = sorted(hosts, key=len, reverse=True)  # lab-m40 before lab-m4...
     found: dict[str, dict[str, set[str]]] = {}
-    for case in ET.fromstring(junit_xml).iter("testcase"):  # noqa: S314  # our pytest's report
+    for host, module, test, case in _infra_cases(junit_xml, hosts):
         skipped = case.find("skipped")
         if skipped is None:
             continue
-        match = re.search(r"\[ansible://([^\]]+)\]", case.get("name", ""))
-        if match is None:
-            raise ValueError(f"testinfra case without a host: {case.get('name')}")
-        host = next((h for h in names if match.group(1).startswith(h)), None)
         if host is None:
-            raise ValueError(f"testinfra case of an unknown host: {case.get('name')}")
-        module = case.get("classname", "").rsplit(".", 1)[-1]
+            raise ValueError(f"testinfra case without a host: {test}")
         reason = skipped.get("message", "").split(" (", 1)[0].strip()
         found.setdefault(host, {}).setdefault(module, set()).add(reason)
+    return found
+
+
+def infra_passed(junit_xml: str, hosts: Iterable[str]) -> dict[str, set[str]]:
+    """host -> "module.py::test" of the cases that passed on it (no skipped, failure or error)."""
+    found: dict[str, set[str]] = {}
+    for host, module, test, case in _infra_cases(junit_xml, hosts):
+        if host is None or any(
+            case.find(tag) is not None for tag in ("skipped", "failure", "error")
+        ):
+            continue
+        found.setdefault(host, set()).add(f"{module}.py::{test}")
     return found

@@ -104,6 +104,22 @@ def test_infra_skips_are_read_per_host_and_module_from_junit() -> None:
     }
 
 
+def test_infra_passed_are_the_cases_without_skip_failure_or_error() -> None:
+    junit = JUNIT.replace(
+        "</testsuite>",
+        '<testcase classname="tests.infra.test_docker" name="test_x[ansible://lab-m40]">'
+        '<failure message="no">x</failure></testcase>'
+        '<testcase classname="tests.infra.test_docker" name="test_y[ansible://lab-m4]">'
+        '<error message="setup">x</error></testcase>'
+        '<testcase classname="tests.infra.test_toolkit" name="test_cdi[ansible://lab-m40-a]"/>'
+        '<testcase classname="tests.infra.test_data" name="test_no_host"/></testsuite>',
+    )
+    assert lab_skips.infra_passed(junit, ["lab-m4", "lab-m40"]) == {
+        "lab-m4": {"test_docker.py::test_engine_active"},
+        "lab-m40": {"test_toolkit.py::test_cdi"},
+    }
+
+
 def test_infra_skips_of_an_unknown_host_are_an_error() -> None:
     with pytest.raises(ValueError, match="unknown host"):
         lab_skips.infra_skips(JUNIT, ["lab-cpu"])
