@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Their ansible-playbook, ansible-builder and pip children run no measured file (conftest.py).
+pytestmark = pytest.mark.usefixtures("unmeasured_children")
+
 ROOT = Path(__file__).resolve().parents[2]
 EE = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
@@ -37,7 +40,7 @@ def _dev_pins() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def context() -> Path:
+def context(unmeasured_children: None) -> Path:
     # -o: never rebuild the venv from inside the tests (its stamp is older than an edit).
     proc = subprocess.run(
         ["make", "-o", ".venv/bin/.stamp", "ee"],

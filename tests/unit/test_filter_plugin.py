@@ -141,6 +141,7 @@ def _stats(stdout: str) -> dict[str, int]:
     return stats
 
 
+@pytest.mark.usefixtures("unmeasured_children")  # its children run no measured file
 def test_playbook_asserts_filter_output(tmp_path: Path) -> None:
     """A real ansible-playbook run on localhost (connection local) of a play that asserts what
     the filters return, then a --check run that must write nothing."""

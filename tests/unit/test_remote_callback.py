@@ -11,6 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Their ansible-playbook, ansible-builder and pip children run no measured file (conftest.py).
+pytestmark = pytest.mark.usefixtures("unmeasured_children")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = """
