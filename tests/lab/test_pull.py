@@ -36,15 +36,22 @@ REPO = Path(__file__).resolve().parents[2]
 BRANCH = "pulled"
 STATE = "/var/lib/gpuprov/pull/last-run.json"
 LOCK = "/var/lib/gpuprov/pull/lock"
-PULL_PY = "/opt/gpuprov/pull/venv/bin/python"
+PULL_DEFAULTS = yaml.safe_load((REPO / "roles/gpuprov_pull/defaults/main.yml").read_text())
+PREFIX = str(PULL_DEFAULTS["gpuprov_pull_prefix"])
+PULL_PY = f"{PREFIX}/venv/bin/python"
 
 
 @pytest.fixture(scope="module")
-def pull_host(lab: Lab) -> str:
+def pull_host(lab: Lab) -> Iterator[str]:
     trixie = [str(h) for h, hv in lab.hosts.items() if hv.get("lab_release") == "trixie"]
     if not trixie:
         pytest.skip("needs a trixie host (a host without torch) for pull mode")
-    return sorted(trixie)[0]
+    host = sorted(trixie)[0]
+    yield host
+    # Ansible's venv (570 MB in 50,000 files, roles/gpuprov_pull) goes when the module is done:
+    # test_lab_ops.py later commits this host (the cheapest one) into an image: 54-56 s with the
+    # venv in CI's runs of 2026-12-05, 15 s on a lab host that never had it.
+    host_run(lab, host, f"rm -rf {shlex.quote(PREFIX)}")
 
 
 def _git(*args: str, cwd: Path) -> str:
