@@ -73,9 +73,10 @@ test-lab: deps  ## lab tests: real hosts in Docker, real apt/dockerd/pip/torchru
 test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, ssh drop; in test-lab too)
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
-# The unit tests (on every core) with lint and syntax beside them at the lowest CPU priority;
-# the lab tests (their `up` builds the images) once the unit tests passed, lint and syntax
-# going on beside them. At the lowest priority these take the CPU the others leave idle (about
+# The unit tests (on every core) with lint and syntax beside them at the lowest CPU priority,
+# and the build of the lab's images when they are not cached yet (debootstrap: mostly waiting on
+# the archive; about 1 s when they are); the lab tests once the unit tests passed, lint and
+# syntax going on beside them. At the lowest priority these take the CPU the others leave idle (about
 # a fifth of it: docs/benchmarks.md); beside the unit tests they still cost those about 30 s
 # (121 s against 92 s). Lint ends about a minute into the lab tests here: its failure fails
 # `make test` when they end (one that ends before the unit tests stops it before the lab:
@@ -84,12 +85,12 @@ test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, s
 # the lowest their timeouts would meet the lab's busiest minutes. Each check's output comes in
 # one block when it ends (--output-sync); the lab tests' is live.
 test: prereqs-test deps  ## everything CI runs (the README's test command)
-	$(MAKE) --no-print-directory -j4 --output-sync=target unit lint-idle syntax-idle test-lab-live
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit lint-idle syntax-idle lab-images test-lab-live
 
 lint-idle syntax-idle: deps
 	nice -n 19 $(MAKE) --no-print-directory $(@:-idle=)
 
-test-lab-live: deps unit
+test-lab-live: deps unit lab-images
 	$(MAKE) --no-print-directory --output-sync=none test-lab
 
 lab-images: venv  ## build the lab's Debian images (for GPUPROV_LAB_HOSTS, default 'default')
