@@ -171,9 +171,15 @@ class Lab:
         return proc
 
     @property
+    def state_dir(self) -> Path:
+        """The lab's directory on the controller (lab.py's .lab/NAME: its runs, reports and the
+        mirror's lock, fault_streams.mirror_lock)."""
+        return REPO / ".lab" / self.name
+
+    @property
     def reports(self) -> Path:
         """The lab's one report directory on the controller (never the repository's reports/)."""
-        return REPO / ".lab" / self.name / "reports"
+        return self.state_dir / "reports"
 
     def ansible_playbook(
         self, playbook: str | Path, *args: str, check: bool = False, timeout: float = 3600

@@ -91,13 +91,13 @@ def _host(lab: Lab) -> str:
 def _mirror_used(lab: Lab) -> contextlib.AbstractContextManager[None]:
     """In the second stream, the mirror held shared (a case of the first may change it)."""
     if fault_streams.in_second_stream():
-        return mirror_lock(REPO / ".lab" / lab.name, exclusive=False)
+        return mirror_lock(lab.state_dir, exclusive=False)
     return contextlib.nullcontext()
 
 
 def _mirror_changed(lab: Lab) -> contextlib.AbstractContextManager[None]:
     """The mirror held exclusively while a case changes it."""
-    return mirror_lock(REPO / ".lab" / lab.name, exclusive=True)
+    return mirror_lock(lab.state_dir, exclusive=True)
 
 
 def _container(lab: Lab, host: str) -> str:

@@ -264,7 +264,7 @@ def test_a_converged_hosts_bundle_is_built_and_an_offline_host_starts_from_it(
 def _build(lab: Lab, staging: str, out: Path, notes: list[str]) -> None:
     """The bundle built from the collected lists (twice: the second downloads nothing), with
     the lab's mirror held shared: the fault suite's cases that change it wait."""
-    with mirror_lock(REPO / ".lab" / lab.name, exclusive=False):
+    with mirror_lock(lab.state_dir, exclusive=False):
         manifest = bundle.build(out)
         again = bundle.build(out)
     assert manifest["fleet"] == {staging: next(iter(manifest["plans"]))}, manifest["plans"]
