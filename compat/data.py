@@ -128,11 +128,17 @@ def _fnv1a(text: str) -> int:
     return value
 
 
+def cache_dir() -> str:
+    """gpuprov's cache directory: $XDG_CACHE_HOME/gpuprov (~/.cache/gpuprov without it), for the
+    matrix's compiled tables here and the lab's installed packages (scripts/gpuprov_lab)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpuprov")
+
+
 def _path(kind: str, stamp: str) -> str:
     # The entry holds its whole stamp, so that two stamps with one key are only a miss.
     key = _fnv1a(stamp)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpuprov", f"{kind}-{key:08x}.marshal")
+    return os.path.join(cache_dir(), f"{kind}-{key:08x}.marshal")
 
 
 def _cache_path(

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from compat.data import cache_dir
 from gpuprov_lab.common import lab_tool_env
 
 MOTO_VERSION = "5.2.5"
@@ -158,10 +159,9 @@ def run_args(lab: str, network: str, image: str, pkg_dir: Path) -> list[str]:
 
 def package_cache() -> Path:
     """Where moto's packages are installed, once per machine (not per lab: `down` keeps them)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path("~/.cache").expanduser()
     # pip installs the wheels of the Python that runs it (the controller's, as in the container).
     tag = sys.implementation.cache_tag or f"py{sys.version_info[0]}{sys.version_info[1]}"
-    return Path(base) / "gpuprov" / "lab" / f"moto-{MOTO_VERSION}-{tag}"
+    return Path(cache_dir()) / "lab" / f"moto-{MOTO_VERSION}-{tag}"
 
 
 def ensure_packages(target: Path) -> Path:
