@@ -38,6 +38,8 @@ HELPER = "/etc/jupyterlab/gpuprov_jupyter.py"
 VENV_PY = "/opt/gpuprov/venv/bin/python"
 # What the lab pins (inventories/lab/group_vars/all/pytorch.yml), read as data here.
 LAB_PYTORCH = yaml.safe_load((REPO / "inventories/lab/group_vars/all/pytorch.yml").read_text())
+# Where the object_storage role installs (its defaults; the lab keeps them).
+STORAGE_DEFAULTS = yaml.safe_load((REPO / "roles/object_storage/defaults/main.yml").read_text())
 
 # Runs on a host with the secrets on stdin (JSON list); prints where any of them appears:
 # a process's argv, the journal, or a world-readable file under the listed trees.
@@ -109,11 +111,16 @@ def lab_vault(lab: Lab) -> dict[str, Any]:
     return data
 
 
+def _hosts_with_a_method(lab: Lab, variable: str) -> list[str]:
+    """The lab's hosts whose ``variable`` (rendered from the lab's inventory,
+    conftest.RENDERED) is not none."""
+    return [h for h in lab.groups["lab"] if lab.hosts[h].get(variable) != "none"]
+
+
 @pytest.fixture(scope="module")
 def notebook_hosts(lab: Lab) -> list[str]:
-    """The hosts whose jupyterlab_method (rendered from the lab's inventory, conftest.RENDERED)
-    is not none: lab-k40m in the default lab (inventories/lab/group_vars/all/notebook.yml)."""
-    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("jupyterlab_method") != "none"]
+    """lab-k40m in the default lab (inventories/lab/group_vars/all/notebook.yml)."""
+    hosts = _hosts_with_a_method(lab, "jupyterlab_method")
     if not hosts:
         pytest.skip("no notebook server in this lab (jupyterlab_method none everywhere)")
     return hosts
@@ -121,9 +128,8 @@ def notebook_hosts(lab: Lab) -> list[str]:
 
 @pytest.fixture(scope="module")
 def storage_hosts(lab: Lab) -> list[str]:
-    """The hosts whose object_storage_method (rendered, conftest.RENDERED) is not none: lab-k40m
-    and the trixie host in the default lab (inventories/lab/group_vars/all/storage.yml)."""
-    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("object_storage_method") != "none"]
+    """lab-k40m and the trixie host in the default lab (group_vars/all/storage.yml)."""
+    hosts = _hosts_with_a_method(lab, "object_storage_method")
     if not hosts:
         pytest.skip("no storage clients in this lab (object_storage_method none everywhere)")
     return hosts
@@ -289,12 +295,14 @@ def test_a_host_with_object_storage_method_none_gets_no_clients(
     others = sorted(set(lab.groups["lab"]) - set(storage_hosts))
     if not others:
         pytest.skip("every host of this lab has storage clients")
+    venv = STORAGE_DEFAULTS["object_storage_tools_venv"]
+    aws = f"{STORAGE_DEFAULTS['object_storage_bin_dir']}/aws"
     for host in others:
         users = lab.hosts[host]["object_storage_users"]
         left = host_run(
             lab,
             host,
-            "ls -d /opt/gpuprov/tools-venv /usr/local/bin/aws "
+            f"ls -d {venv} {aws} "
             + " ".join(f"~{user}/.aws" for user in users)
             + " 2>/dev/null; true",
         ).stdout.split()

@@ -459,12 +459,12 @@ def test_testinfra_suite_passes(
     # process on the converged default lab, and no faster with 3 or 4 (2026-12-05, 2 cores).
     lab.testinfra("all", "tests/infra", "-n", "2", f"--junitxml={junit}")
     report_time(capsys, "testinfra suite", time.monotonic() - start)
+    report = junit.read_text(encoding="utf-8")
     # Each host skips exactly what the lab's inventory decides (lab_skips.INFRA_DEFAULT).
     if os.environ.get("GPUPROV_LAB_HOSTS", DEFAULT_PRESET) == DEFAULT_PRESET:
-        skips = infra_skips(junit.read_text(encoding="utf-8"), lab.groups["lab"])
-        assert skips == INFRA_DEFAULT
+        assert infra_skips(report, lab.groups["lab"]) == INFRA_DEFAULT
     # Every host was really tested, and the GPU-only modules ran on the GPU hosts.
-    passed = infra_passed(junit.read_text(encoding="utf-8"), lab.groups["lab"])
+    passed = infra_passed(report, lab.groups["lab"])
     for host in lab.groups["lab"]:
         assert passed.get(host), host
     for host in lab.groups["gpu_nodes"]:
