@@ -74,16 +74,16 @@ test-faults: deps  ## only the fault-injection cases (kill, mirror, disk full, s
 	$(BIN)/pytest tests/lab -m faults -p no:randomly
 
 # The unit tests (on every core) with lint and syntax beside them at the lowest CPU priority,
-# and the build of the lab's images when they are not cached yet (debootstrap: mostly waiting on
-# the archive; about 1 s when they are); the lab tests once the unit tests passed, lint and
-# syntax going on beside them. At the lowest priority these take the CPU the others leave idle (about
-# a fifth of it: docs/benchmarks.md); beside the unit tests they still cost those about 30 s
-# (121 s against 92 s). Lint ends about a minute into the lab tests here: its failure fails
-# `make test` when they end (one that ends before the unit tests stops it before the lab:
-# make starts no new target after one failed). The unit tests stay out of the lab's
-# way: at normal priority beside it they slowed its first run as much as they saved, and at
-# the lowest their timeouts would meet the lab's busiest minutes. Each check's output comes in
-# one block when it ends (--output-sync); the lab tests' is live.
+# and the build of the lab's images when they are not cached yet (debootstrap: mostly waiting
+# on the archive; about 1 s when they are); the lab tests once the unit tests passed, lint and
+# syntax going on beside them. At the lowest priority these take the CPU the others leave idle
+# (about a fifth of it: docs/benchmarks.md); beside the unit tests they still cost those about
+# 20 s (103-108 s in CI against 87 s alone). Lint ends about a minute into the lab tests
+# here: its failure fails `make test` when they end (one that ends before the unit tests stops
+# it before the lab: make starts no new target after one failed). The unit tests stay out of
+# the lab's way: at normal priority beside it they slowed its first run as much as they saved,
+# and at the lowest their timeouts would meet the lab's busiest minutes. Each check's output
+# comes in one block when it ends (--output-sync); the lab tests' is live.
 test: prereqs-test deps  ## everything CI runs (the README's test command)
 	$(MAKE) --no-print-directory -j4 --output-sync=target unit lint-idle syntax-idle lab-images test-lab-live
 
