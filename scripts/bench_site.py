@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""Speed of site.yml against the lab, as two ratios measured side by side in one run.
+"""Speed of site.yml against the lab, as ratios measured side by side in one run.
 
     scripts/bench_site.py [--lab NAME] [--keep]
 
-(a) provisioning: wall time of the driver + docker + toolkit stack (validate.yml, plan.yml,
-    sources.yml, driver.yml, docker.yml, toolkit.yml: site.yml without the PyTorch and later
-    plays) on one fresh lab host, divided by the wall time of a plain shell script over
-    SSH doing the same on another fresh host: the same files written, `apt-get update`,
-    one `apt-get install` of the same packages, the same holds, a docker restart. The
-    script's package list, held packages and files are read from the host Ansible just
-    provisioned, so both sides do the same work. Goal: <= 1.3.
-(b) scaling: no-op re-runs of the same plays on 1, 4 and 8 converged hosts, interleaved, two
+(a) provisioning: wall time of the whole site.yml on one fresh lab host (the K40m host's
+    stack: driver userspace, Docker, toolkit, torch, JupyterLab, storage clients, smoke
+    tests, launchers, monitoring, Flask/TorchServe/Triton) divided by the wall time of a
+    plain shell script over SSH doing the same installs and writing the same files on
+    another fresh host. Goal: <= 1.3. The script is generated from what the run left on its
+    host (gpuprov_lab/raw_script.py): one `apt-get update`, one `apt-get install` of the
+    packages it installed, the same holds, accounts, files, virtual environments (one `pip
+    install` of each one's frozen set) and services. It verifies nothing: Ansible's smoke
+    tests, readiness waits and reports are part of Ansible's time.
+(b) the same for site.yml's driver, Docker and toolkit plays alone (validate.yml, plan.yml,
+    sources.yml, driver.yml, docker.yml, toolkit.yml), on two more fresh hosts.
+(c) scaling: no-op re-runs of (b)'s plays on 1, 4 and 8 converged hosts, interleaved, two
     rounds (the faster of each). Goal: 8 hosts <= 2.0x 1 host. A no-op has no driver batches:
     driver.yml verifies every node at once and batches only the nodes whose driver changes.
 
-It brings up its own lab (default name `bench`; Debian 12 hosts with a K40m, and the
+It brings up its own lab (default name `bench`; 11 Debian 12 hosts with a K40m, and the
 toolkit packages from the lab's mirror container, a stand-in for NVIDIA's repository)
 and removes it at the end unless --keep. Not part of the test suite. Exit codes: 0 both
 goals met, 1 a goal missed, 2 usage or lab error.
@@ -37,14 +41,17 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
 # scripts/ is first on sys.path: Python puts this script's directory there.
+from gpuprov_lab import raw_script  # noqa: E402
 from gpuprov_lab.inventory import ssh_argv  # noqa: E402
 from gpuprov_lab.site import ansible_env  # noqa: E402
 
 BIN = Path(sys.executable).parent
-PLAYBOOKS = [
+SITE = ["playbooks/site.yml"]
+STACK = [
     f"playbooks/{name}.yml"
     for name in ("validate", "plan", "sources", "driver", "docker", "toolkit")
 ]
+SITE_HOST, SITE_SHELL_HOST = "bench-site", "bench-site-sh"
 ANSIBLE_HOSTS = tuple(f"bench-a{i}" for i in range(1, 9))
 FLEETS = (1, 4, 8)  # no-op re-runs on the first N hosts
 SHELL_HOST = "bench-sh"
@@ -52,16 +59,9 @@ PROFILE = "k40m:bookworm"
 GOAL_PROVISION = 1.3
 GOAL_SCALING = 2.0
 
-# Files the roles write (those not owned by a package are copied by the shell side).
-WRITTEN_PATHS = (
-    "/etc/apt/sources.list.d",
-    "/etc/apt/keyrings",
-    "/usr/share/keyrings",
-    "/etc/apt/apt.conf.d/51gpuprov-nvidia-blacklist",
-    "/etc/modprobe.d/blacklist-nouveau.conf",
-    "/etc/ansible/facts.d",
-    "/etc/docker/daemon.json",
-)
+# Touched on the fresh hosts before the timed runs: what changed after it is what a run did.
+MARKER = "/root/.gpuprov-bench-start"
+SYSTEMCTL = "systemctl --no-legend --plain --no-pager"
 
 
 class BenchError(Exception):
@@ -79,7 +79,8 @@ class Lab:
         self.hostvars: dict[str, dict[str, Any]] = {}
 
     def up(self) -> None:
-        spec = ",".join(f"{h}={PROFILE}" for h in (*ANSIBLE_HOSTS, SHELL_HOST))
+        hosts = (SITE_HOST, SITE_SHELL_HOST, *ANSIBLE_HOSTS, SHELL_HOST)
+        spec = ",".join(f"{h}={PROFILE}" for h in hosts)
         argv = [sys.executable, str(LAB_PY), "--lab", self.name]
         proc = run([*argv, "--inventory", str(self.inventory), "up", "--hosts", spec])
         if proc.returncode != 0:
@@ -92,9 +93,9 @@ class Lab:
     def down(self) -> None:
         run([sys.executable, str(LAB_PY), "--lab", self.name, "down"])
 
-    def playbooks(self, limit: Sequence[str], *extra: str) -> float:
-        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), *PLAYBOOKS]
-        argv += ["--limit", ",".join(limit), *extra]
+    def playbooks(self, playbooks: Sequence[str], limit: Sequence[str]) -> float:
+        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), *playbooks]
+        argv += ["--limit", ",".join(limit)]
         argv += ["-e", f"gpuprov_report_dir={REPO / '.lab' / self.name / 'reports'}"]
         start = time.monotonic()
         proc = run(argv, cwd=REPO, env=ansible_env(self.name))
@@ -113,44 +114,57 @@ class Lab:
 
 
 def shell_script(lab: Lab, reference: str, fresh: str) -> str:
-    """A plain shell script that does on `fresh` what Ansible did on `reference`."""
-    manual_ref = set(lab.ssh(reference, "apt-mark showmanual").stdout.split())
-    manual_fresh = set(lab.ssh(fresh, "apt-mark showmanual").stdout.split())
-    packages = sorted(manual_ref - manual_fresh)
-    held = sorted(lab.ssh(reference, "apt-mark showhold").stdout.split())
-    if not packages:
+    """A plain shell script that does on `fresh` what Ansible did on `reference`.
+
+    Both hosts were touched at MARKER before the run; `fresh` is still untouched by it.
+    """
+    found = lab.ssh(reference, raw_script.find_argv(MARKER)).stdout
+    owned = raw_script.dpkg_paths(lab.ssh(reference, "cat /var/lib/dpkg/info/*.list").stdout)
+    venv_paths = raw_script.venv_roots(found)
+    before, after = raw_script.split_before_apt(raw_script.changed_paths(found, owned, venv_paths))
+    changes = raw_script.HostChanges(files_before_apt=before, files=after)
+    both = (reference, fresh)
+    manual = [lab.ssh(h, "apt-mark showmanual").stdout for h in both]
+    changes.packages = raw_script.package_diff(*manual)
+    if not changes.packages:
         raise BenchError(f"{reference}: no package installed by the playbooks?")
-    listing = lab.ssh(
-        reference,
-        "for p in " + " ".join(WRITTEN_PATHS) + "; do [ -e $p ] && find $p -type f; done; true",
-    ).stdout.split()
-    files: dict[str, bytes] = {}
-    for path in listing:
-        if run_ok(lab, reference, f"dpkg -S {shlex.quote(path)} >/dev/null 2>&1"):
-            continue  # shipped by a package: the install writes it
-        content = lab.ssh(reference, f"base64 -w0 {shlex.quote(path)}").stdout
-        files[path] = base64.b64decode(content)
-    lines = ["set -eu", "export DEBIAN_FRONTEND=noninteractive LC_ALL=C"]
-    for path, data in sorted(files.items()):
-        encoded = base64.b64encode(data).decode()
-        lines.append(f"mkdir -p {shlex.quote(str(Path(path).parent))}")
-        lines.append(f"echo {encoded} | base64 -d > {shlex.quote(path)}")
-    lines.append("apt-get update -q")
-    lines.append(
-        "apt-get install -y -q --no-install-recommends " + " ".join(map(shlex.quote, packages))
+    changes.held = sorted(lab.ssh(reference, "apt-mark showhold").stdout.split())
+    passwd = [lab.ssh(h, "getent passwd").stdout for h in both]
+    group = [lab.ssh(h, "getent group").stdout for h in both]
+    changes.groups, changes.users, changes.memberships = raw_script.account_diff(*passwd, *group)
+    enabled = [lab.ssh(h, f"{SYSTEMCTL} list-unit-files --state=enabled").stdout for h in both]
+    active = [lab.ssh(h, f"{SYSTEMCTL} list-units --state=active").stdout for h in both]
+    changes.enable, changes.restart = raw_script.unit_diff(*enabled, *active)
+    for path in venv_paths:
+        q = shlex.quote(path)
+        changes.venvs.append(
+            raw_script.parse_venv(
+                path,
+                lab.ssh(reference, f"cat {q}/pyvenv.cfg").stdout,
+                lab.ssh(reference, f"{q}/bin/python -m pip freeze --all --local").stdout,
+                lab.ssh(reference, f"stat -c %U:%G {q}").stdout.strip(),
+            )
+        )
+    wheelhouse = lab.hostvars[fresh].get("lab_wheelhouse")
+    # The copies name the other host: its address (services bind to it) and its name.
+    replace = {reference: fresh}
+    for key in ("lab_address", "lab_hostname"):
+        replace[lab.hostvars[reference][key]] = lab.hostvars[fresh][key]
+    return raw_script.build_script(
+        changes,
+        tar_before_apt=tar_of(lab, reference, before, replace),
+        tar_files=tar_of(lab, reference, after, replace),
+        pip_env={"PIP_FIND_LINKS": wheelhouse} if wheelhouse else {},
     )
-    if held:
-        lines.append("apt-mark hold " + " ".join(map(shlex.quote, held)) + " >/dev/null")
-    lines.append("systemctl restart docker && docker info >/dev/null")
-    return "\n".join(lines) + "\n"
 
 
-def run_ok(lab: Lab, host: str, script: str) -> bool:
-    try:
-        lab.ssh(host, script)
-    except BenchError:
-        return False
-    return True
+def tar_of(lab: Lab, host: str, paths: Sequence[str], replace: dict[str, str]) -> bytes | None:
+    """A gzipped tar of `paths` on `host` (directories without their content), retargeted."""
+    if not paths:
+        return None
+    listing = "".join(p.lstrip("/") + "\n" for p in paths)
+    out = lab.ssh(host, "tar -czf - --no-recursion -C / -T - | base64 -w0", stdin=listing)
+    return raw_script.retarget(base64.b64decode(out.stdout), replace)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,19 +175,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     lab = Lab(args.lab)
     try:
         lab.up()
-        first = ANSIBLE_HOSTS[0]
-        # (a) one fresh host with Ansible, then the same work by a shell script.
-        t_ansible = lab.playbooks([first])
-        script = shell_script(lab, first, SHELL_HOST)
-        start = time.monotonic()
-        lab.ssh(SHELL_HOST, "sh -s", stdin=script)
-        t_shell = time.monotonic() - start
-        # (b) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
-        lab.playbooks(list(ANSIBLE_HOSTS[1:]))
+        # (a) site.yml, then (b) its driver/Docker/toolkit plays, on one fresh host each;
+        # the same work by a shell script on another fresh host.
+        provision: dict[str, tuple[float, float]] = {}
+        for what, playbooks, host, shell_host in (
+            ("site.yml", SITE, SITE_HOST, SITE_SHELL_HOST),
+            ("driver + docker + toolkit", STACK, ANSIBLE_HOSTS[0], SHELL_HOST),
+        ):
+            for h in (host, shell_host):
+                lab.ssh(h, f"touch {MARKER}")
+            t_ansible = lab.playbooks(playbooks, [host])
+            script = shell_script(lab, host, shell_host)
+            start = time.monotonic()
+            lab.ssh(shell_host, "sh -s", stdin=script)
+            provision[what] = (t_ansible, time.monotonic() - start)
+        # (c) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
+        lab.playbooks(STACK, list(ANSIBLE_HOSTS[1:]))
         noop: dict[int, float] = {}
         for _ in range(2):
             for n in FLEETS:
-                took = lab.playbooks(list(ANSIBLE_HOSTS[:n]))
+                took = lab.playbooks(STACK, list(ANSIBLE_HOSTS[:n]))
                 noop[n] = min(noop.get(n, took), took)
     except BenchError as exc:
         print(f"bench_site.py: {exc}", file=sys.stderr)
@@ -181,14 +202,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep:
             lab.down()
-    ratio_a = t_ansible / t_shell
-    ratio_b = noop[8] / noop[1]
-    print(f"(a) provision 1 fresh host: ansible {t_ansible:.1f}s / shell {t_shell:.1f}s", end="")
-    print(f" = {ratio_a:.2f} (goal <= {GOAL_PROVISION})")
+    for (what, (t_ansible, t_shell)), label in zip(provision.items(), "ab", strict=True):
+        print(f"({label}) provision 1 fresh host, {what}: ansible {t_ansible:.1f}s", end="")
+        goal = f" (goal <= {GOAL_PROVISION})" if what == "site.yml" else ""
+        print(f" / shell {t_shell:.1f}s = {t_ansible / t_shell:.2f}{goal}")
     for n in FLEETS[1:]:
-        print(f"(b) no-op re-run: {n} hosts {noop[n]:.1f}s / 1 host {noop[1]:.1f}s", end="")
+        print(f"(c) no-op re-run: {n} hosts {noop[n]:.1f}s / 1 host {noop[1]:.1f}s", end="")
         print(f" = {noop[n] / noop[1]:.2f}" + (f" (goal <= {GOAL_SCALING})" if n == 8 else ""))
-    return 0 if ratio_a <= GOAL_PROVISION and ratio_b <= GOAL_SCALING else 1
+    t_ansible, t_shell = provision["site.yml"]
+    met = t_ansible / t_shell <= GOAL_PROVISION and noop[8] / noop[1] <= GOAL_SCALING
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
