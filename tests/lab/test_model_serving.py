@@ -212,6 +212,61 @@ def test_every_stack_answers_a_real_inference(
                     assert abs(g - w) <= 1e-4 + 1e-4 * abs(w), (host, name, got, sample["output"])
 
 
+# On the host: the async jobs of the Triton environment's pip (root's ~/.ansible_async), the
+# mtimes of the state records of the plays that follow background.yml in site.yml, and when
+# the Triton service last started, all as epoch seconds.
+BACKGROUND_FACTS = r"""
+import glob, json, os, subprocess, sys, time
+from datetime import datetime
+pip = sys.argv[1] + "/triton/venv/bin/pip"
+jobs = []
+for path in glob.glob(os.path.expanduser("~/.ansible_async/*")):
+    with open(path) as f:
+        try:
+            job = json.load(f)
+        except ValueError:
+            continue
+    if pip in (job.get("cmd") or []):
+        epoch = lambda t: datetime.strptime(t, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        jobs.append({"rc": job["rc"], "start": epoch(job["start"]), "end": epoch(job["end"])})
+later = {}
+for role in ("jupyterlab", "object_storage", "gpu_smoke", "dist_launch", "gpu_monitoring"):
+    record = "/var/lib/gpuprov/state/%s.json" % role
+    if os.path.exists(record):
+        later[role] = os.stat(record).st_mtime
+started = subprocess.run(
+    ["systemctl", "show", "-P", "ActiveEnterTimestampMonotonic", "gpuprov-serve-triton"],
+    capture_output=True, text=True, check=True).stdout.strip()
+service = time.time() - time.monotonic() + int(started) / 1e6  # systemd's is CLOCK_MONOTONIC
+jobs.sort(key=lambda j: j["start"])
+print(json.dumps({"jobs": jobs, "later": later, "service": service}))
+"""
+
+
+def test_triton_packages_install_in_the_background_while_later_plays_run(
+    lab: Lab, serving_hosts: list[str], served: Any
+) -> None:
+    """site.yml starts the Triton environment's pip install right after the PyTorch play
+    (playbooks/background.yml, roles/model_serving/tasks/background.yml) and the serving play
+    waits for it: on each host serving Triton the job ran and succeeded, began before the
+    first of the later plays (notebook, storage, smoke, launch, monitoring) had finished its
+    work, and ended before the Triton service started."""
+    hosts = [h for h in serving_hosts if "triton" in lab.hosts[h]["model_serving_stacks"]]
+    if not hosts:
+        pytest.skip("no host of this lab serves Triton")
+    for host in hosts:
+        out = lab.ssh(host, f"python3 -c {shlex.quote(BACKGROUND_FACTS)} {SERVING}").stdout
+        facts = json.loads(out)
+        if not facts["jobs"]:
+            pytest.skip(f"Triton environment older than the background install ({host}; kept lab)")
+        job = facts["jobs"][-1]
+        assert job["rc"] == 0, (host, job)
+        assert facts["later"], (host, "no later play left a state record", facts)
+        first_later = min(facts["later"].values())
+        assert job["start"] < first_later, (host, job, facts["later"])
+        assert job["end"] <= facts["service"], (host, job, facts["service"])
+
+
 def test_a_torch_host_with_no_stack_serves_nothing(
     lab: Lab, torch_hosts: list[str], serving_hosts: list[str], served: Any
 ) -> None:
