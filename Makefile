@@ -30,11 +30,11 @@ prereqs-test:  ## the same for `make test`, plus the linters' system tools (shel
 # otherwise prints an informational "BuildBackendWarning: Editable installation" box.
 # --no-compile: Python compiles what it imports when it first imports it; compiling all of
 # `ansible`'s collections up front made a 13 s install take 33 s.
-$(BIN)/.stamp: requirements-dev.txt pyproject.toml
+$(BIN)/.stamp: requirements-dev.txt constraints-dev.txt pyproject.toml
 	scripts/prereqs.sh venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-compile -r requirements-dev.txt -c constraints-dev.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
