@@ -121,13 +121,18 @@ def shell_script(lab: Lab, reference: str, fresh: str) -> str:
     found = lab.ssh(reference, raw_script.find_argv(MARKER)).stdout
     owned = raw_script.dpkg_paths(lab.ssh(reference, "cat /var/lib/dpkg/info/*.list").stdout)
     venv_paths = raw_script.venv_roots(found)
-    before, after = raw_script.split_before_apt(raw_script.changed_paths(found, owned, venv_paths))
+    modified = raw_script.modified_package_files(lab.ssh(reference, "dpkg --verify || true").stdout)
+    before, after = raw_script.split_before_apt(
+        raw_script.changed_paths(found, owned, venv_paths, modified)
+    )
     changes = raw_script.HostChanges(files_before_apt=before, files=after)
     both = (reference, fresh)
     manual = [lab.ssh(h, "apt-mark showmanual").stdout for h in both]
-    changes.packages = raw_script.package_diff(*manual)
-    if not changes.packages:
+    packages = raw_script.package_diff(*manual)
+    if not packages:
         raise BenchError(f"{reference}: no package installed by the playbooks?")
+    query = "dpkg-query -W -f '${Package} ${Version}\\n' " + " ".join(map(shlex.quote, packages))
+    changes.packages = raw_script.with_versions(packages, lab.ssh(reference, query).stdout)
     changes.held = sorted(lab.ssh(reference, "apt-mark showhold").stdout.split())
     passwd = [lab.ssh(h, "getent passwd").stdout for h in both]
     group = [lab.ssh(h, "getent group").stdout for h in both]
@@ -158,6 +163,16 @@ def shell_script(lab: Lab, reference: str, fresh: str) -> str:
     )
 
 
+def time_script(lab: Lab, host: str, script: str) -> float:
+    """Seconds the script took over SSH; it must reach its last line."""
+    start = time.monotonic()
+    out = lab.ssh(host, "sh -s", stdin=script).stdout
+    took = time.monotonic() - start
+    if raw_script.DONE not in out:
+        raise BenchError(f"{host}: the shell script stopped early:\n{out[-2000:]}")
+    return took
+
+
 def tar_of(lab: Lab, host: str, paths: Sequence[str], replace: dict[str, str]) -> bytes | None:
     """A gzipped tar of `paths` on `host` (directories without their content), retargeted."""
     if not paths:
@@ -186,9 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lab.ssh(h, f"touch {MARKER}")
             t_ansible = lab.playbooks(playbooks, [host])
             script = shell_script(lab, host, shell_host)
-            start = time.monotonic()
-            lab.ssh(shell_host, "sh -s", stdin=script)
-            provision[what] = (t_ansible, time.monotonic() - start)
+            provision[what] = (t_ansible, time_script(lab, shell_host, script))
         # (c) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
         lab.playbooks(STACK, list(ANSIBLE_HOSTS[1:]))
         noop: dict[int, float] = {}

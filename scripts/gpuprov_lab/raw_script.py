@@ -30,6 +30,7 @@ import re
 import shlex
 import tarfile
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -116,6 +117,16 @@ def package_diff(manual_ref: str, manual_fresh: str) -> list[str]:
     return sorted(set(manual_ref.split()) - set(manual_fresh.split()))
 
 
+def with_versions(packages: Sequence[str], query: str) -> list[str]:
+    """`name=version` for each package, from `dpkg-query -W -f '${Package} ${Version}\\n'`
+    (a role's pin may be older than the candidate apt would pick)."""
+    versions = dict(line.split(" ", 1) for line in query.splitlines() if " " in line)
+    missing = [p for p in packages if p not in versions]
+    if missing:
+        raise ValueError(f"no installed version of {', '.join(missing)}")
+    return [f"{p}={versions[p]}" for p in packages]
+
+
 def dpkg_paths(lists: str) -> set[str]:
     """Paths packages own, from the concatenated /var/lib/dpkg/info/*.list files.
 
@@ -136,13 +147,30 @@ def venv_roots(found: str) -> list[str]:
     return sorted(roots)
 
 
-def changed_paths(found: str, owned: set[str], venvs: Sequence[str]) -> list[str]:
-    """Paths the run wrote: changed, owned by no package, outside venvs' installed trees."""
+def modified_package_files(verify: str) -> set[str]:
+    """Package files whose content differs from the package's, from `dpkg --verify` lines:
+    nine check characters, a space, `c` for a conffile or a space, a space, the path
+    (`??5?????? c /etc/x`: the third character 5 is a failed digest check)."""
+    found = set()
+    for line in verify.splitlines():
+        flags, path = line[:9], line[12:]
+        if len(flags) == 9 and flags[2] == "5" and line[9] == " " and path.startswith("/"):
+            found.add(path)
+    return found
+
+
+def changed_paths(
+    found: str, owned: set[str], venvs: Sequence[str], modified: AbstractSet[str] = frozenset()
+) -> list[str]:
+    """Paths the run wrote: changed, owned by no package or edited after the install (a
+    conffile a role rewrote: `modified`), outside venvs' installed trees."""
     inside = tuple(f"{v}/{part}" for v in venvs for part in VENV_TREE)
     kept = []
     for line in found.splitlines():
         kind, _, path = line.partition(" ")
-        if not path or path == "/" or path in owned or path in ACCOUNT_FILES:
+        if not path or path == "/" or path in ACCOUNT_FILES:
+            continue
+        if path in owned and path not in modified:
             continue
         if any(path == p or path.startswith(p + "/") for p in inside):
             continue
@@ -169,7 +197,11 @@ def parse_venv(path: str, pyvenv_cfg: str, freeze: str, owner: str) -> Venv:
         key, sep, value = line.partition("=")
         if sep and key.strip() == "include-system-site-packages":
             system = value.strip().lower() == "true"
-    requirements = tuple(r.strip() for r in freeze.splitlines() if r.strip())
+    requirements = tuple(
+        r.strip()
+        for r in freeze.splitlines()
+        if r.strip() and not r.lstrip().startswith(("#", "-"))
+    )
     return Venv(path, system, requirements, owner)
 
 
@@ -261,9 +293,18 @@ def retarget(tar_gz: bytes, replace: Mapping[str, str]) -> bytes:
     return out.getvalue()
 
 
+# The script's last line prints this: the caller checks it (a step that read the script's
+# stdin would end it early, and sh would still exit 0).
+DONE = "gpuprov-raw-script: done"
+TAR_FILE = "/root/.gpuprov-raw-files.tgz"
+
+
 def _tar_lines(tar_gz: bytes) -> list[str]:
     encoded = base64.b64encode(tar_gz).decode()
-    return [f"echo {encoded} | base64 -d | tar -xzpf - -C /"]
+    return [
+        f"echo {encoded} | base64 -d > {TAR_FILE}",  # the pipeline's status is base64's
+        f"tar -xzpf {TAR_FILE} -C / && rm -f {TAR_FILE}",
+    ]
 
 
 def build_script(
@@ -312,4 +353,5 @@ def build_script(
         lines.append("systemctl enable -q " + " ".join(map(q, changes.enable)))
     if changes.restart:
         lines.append("systemctl restart " + " ".join(map(q, changes.restart)))
+    lines.append(f"echo {q(DONE)}")
     return "\n".join(lines) + "\n"

@@ -227,7 +227,7 @@ for path in glob.glob(os.path.expanduser("~/.ansible_async/*")):
         except ValueError:
             continue
     if pip in (job.get("cmd") or []):
-        epoch = lambda t: datetime.strptime(t, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        epoch = lambda t: datetime.fromisoformat(t).timestamp()  # str(datetime): no .%f at 0 us
         jobs.append({"rc": job["rc"], "start": epoch(job["start"]), "end": epoch(job["end"])})
 later = {}
 for role in ("jupyterlab", "object_storage", "gpu_smoke", "dist_launch", "gpu_monitoring"):
@@ -264,7 +264,8 @@ def test_triton_packages_install_in_the_background_while_later_plays_run(
         assert facts["later"], (host, "no later play left a state record", facts)
         first_later = min(facts["later"].values())
         assert job["start"] < first_later, (host, job, facts["later"])
-        assert job["end"] <= facts["service"], (host, job, facts["service"])
+        # 2 s: the service's time is converted from the monotonic clock at the test's time
+        assert job["end"] <= facts["service"] + 2, (host, job, facts["service"])
 
 
 def test_a_torch_host_with_no_stack_serves_nothing(

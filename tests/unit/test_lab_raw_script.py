@@ -12,6 +12,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
 from gpuprov_lab import raw_script as rs
 
 FOUND = """\
@@ -151,7 +152,7 @@ def test_the_script_parses_and_runs_its_steps_in_order() -> None:
     def first(prefix: str) -> int:
         return next(i for i, line in enumerate(lines) if line.startswith(prefix))
 
-    tars = [i for i, line in enumerate(lines) if line.endswith("| tar -xzpf - -C /")]
+    tars = [i for i, line in enumerate(lines) if line.startswith(f"tar -xzpf {rs.TAR_FILE} -C /")]
     assert len(tars) == 2
     # apt's sources before the one update; the one install; accounts before the files they
     # own; venvs after; services last.
@@ -161,16 +162,22 @@ def test_the_script_parses_and_runs_its_steps_in_order() -> None:
     assert "python3 -m venv --system-site-packages /opt/v" in lines
     assert "PIP_FIND_LINKS=/opt/gpuprov-wheels /opt/v/bin/pip install -q torch==2.13.0+cpu" in lines
     assert first("chown -R jupyter:jupyter /opt/v") < first("systemctl daemon-reload")
-    assert lines[-1] == "systemctl restart docker.service jupyterlab.service"
+    assert lines[-2] == "systemctl restart docker.service jupyterlab.service"
+    assert lines[-1] == f"echo '{rs.DONE}'"
+    # the payload goes through a file: a failed base64 fails the script (set -e)
+    assert lines[tars[0] - 1].endswith(f"| base64 -d > {rs.TAR_FILE}")
     assert sum(line.startswith("apt-get update") for line in lines) == 1
 
 
 def test_the_scripts_tar_lines_write_the_files(tmp_path: Path) -> None:
-    script = _script()
-    tar_lines = [line for line in script.splitlines() if line.endswith("-C /")]
-    for line in tar_lines:
-        # The same line, into a directory of the test's instead of the host's root.
-        subprocess.run(["sh", "-c", line.removesuffix("/") + str(tmp_path)], check=True)
+    lines = _script().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(f"tar -xzpf {rs.TAR_FILE} "):
+            # The same two lines, with the test's directory for the file and the host's root.
+            staged = str(tmp_path / "payload.tgz")
+            pair = "\n".join((lines[i - 1], line)).replace(rs.TAR_FILE, staged)
+            subprocess.run(["sh", "-ec", pair.replace(" -C / ", f" -C {tmp_path} ")], check=True)
+            assert not Path(staged).exists()
     assert (tmp_path / "etc/apt/sources.list.d/x.list").read_text() == "deb http://m/ ./\n"
     written = tmp_path / "etc/docker/daemon.json"
     assert written.read_bytes() == b"{}\n"
@@ -179,7 +186,45 @@ def test_the_scripts_tar_lines_write_the_files(tmp_path: Path) -> None:
 
 def test_nothing_to_install_writes_no_apt_or_systemd_lines() -> None:
     script = rs.build_script(rs.HostChanges(), tar_before_apt=None, tar_files=None, pip_env={})
-    assert script == "set -eu\nexport DEBIAN_FRONTEND=noninteractive LC_ALL=C\n"
+    assert script == f"set -eu\nexport DEBIAN_FRONTEND=noninteractive LC_ALL=C\necho '{rs.DONE}'\n"
+
+
+def test_a_failed_payload_stops_the_script_before_its_last_line(tmp_path: Path) -> None:
+    lines = _script().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.endswith(f"base64 -d > {rs.TAR_FILE}"))
+    broken = "echo 'not base64!' | base64 -d > " + str(tmp_path / "x.tgz")
+    proc = subprocess.run(
+        ["sh", "-c", f"set -eu\n{broken}\necho '{rs.DONE}'\n"], capture_output=True, text=True
+    )
+    assert lines[i].startswith("echo ")
+    assert proc.returncode != 0
+    assert rs.DONE not in proc.stdout
+
+
+def test_package_files_a_role_edited_are_written_and_versions_pinned() -> None:
+    verify = (
+        "??5?????? c /etc/default/prometheus-node-exporter\n"
+        "??5??????   /usr/lib/x.so\n"
+        "?????????   /etc/y\n"
+        "missing   c /etc/z\n"
+    )
+    modified = rs.modified_package_files(verify)
+    assert modified == {"/etc/default/prometheus-node-exporter", "/usr/lib/x.so"}
+    found = "f /etc/default/prometheus-node-exporter\nf /etc/default/other\n"
+    owned = {"/etc/default/prometheus-node-exporter", "/etc/default/other"}
+    assert rs.changed_paths(found, owned, [], modified) == ["/etc/default/prometheus-node-exporter"]
+    query = "docker.io 26.1.5+dfsg1-1\nnvidia-container-toolkit 1.17.8-1\n"
+    assert rs.with_versions(["nvidia-container-toolkit", "docker.io"], query) == [
+        "nvidia-container-toolkit=1.17.8-1",
+        "docker.io=26.1.5+dfsg1-1",
+    ]
+    with pytest.raises(ValueError, match="no installed version of curl"):
+        rs.with_versions(["curl"], query)
+
+
+def test_pip_freeze_comments_and_editables_are_not_requirements() -> None:
+    freeze = "# Editable install with no version control\n-e /src/x\ntorch==2.13.0+cpu\n"
+    assert rs.parse_venv("/v", "", freeze, "root:root").requirements == ("torch==2.13.0+cpu",)
 
 
 def test_find_argv_prunes_runtime_trees_and_lists_kinds() -> None:
