@@ -13,7 +13,9 @@ description:
     the C(gpu-compat) CLI. C(gpu_compat_resolve) returns the plan of C(gpu-compat resolve --json)
     plus C(ok); C(gpu_compat_check) the verdict of C(gpu-compat check --json);
     C(gpu_compat_gpu) one GPU record (empty dict when unknown); C(gpu_compat_branch_check)
-    whether a driver branch drives every GPU of a host; C(gpu_compat_allowed_branches) the
+    whether a driver branch drives every GPU of a host; C(gpu_compat_driver_preflight) the
+    nvidia_driver role's branch and package set for a host, checked (C(refusal) says why not);
+    C(gpu_compat_allowed_branches) the
     branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
     whole C(gpu_info) fact, the packaged branches and the inventory pins;
     C(gpu_compat_perf_floors) the performance floors of C(compat/data/perf.yaml) (or of the
@@ -72,6 +74,7 @@ _value:
   type: dict
 """
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +164,102 @@ def gpu_compat_branch_check(branch: Any, gpus: Any) -> dict[str, Any]:
         return compat.branch_check(branch, _queries(gpus))
     except CompatError as exc:
         raise AnsibleFilterError(f"gpu_compat_branch_check: {exc}") from exc
+
+
+def _branch_key(table: Any, branch: int) -> Any:
+    """``branch`` as the key ``table`` uses (YAML gives int keys, JSON string ones), or None."""
+    if not isinstance(table, dict):
+        return None
+    return branch if branch in table else (str(branch) if str(branch) in table else None)
+
+
+def gpu_compat_driver_preflight(
+    gpus: Any,
+    host: str,
+    pin: Any,
+    plan: Any,
+    distribution: str,
+    os_version: Any,
+    packages: Any,
+    extra_packages: Any = None,
+) -> dict[str, Any]:
+    """The nvidia_driver role's choice of branch and package set for one host, checked.
+
+    ``gpus`` is the gpu_info fact's list, ``pin`` nvidia_driver_branch (None: the plan's
+    ``driver.branch``), ``packages`` the role's map OS version -> branch -> {kernel,
+    userspace}. Returns {branch, known_gpus, unknown_gpus, branch_check, kernel_packages,
+    userspace_packages, refusal}: ``refusal`` is "" or the first check that fails, in the
+    role's order (the OS version has a package map; a branch is chosen; it drives every GPU
+    the matrix knows; it is new enough for the planned CUDA; the OS packages it), each naming
+    what to change. The package lists are empty when refused.
+    """
+    listed = [g for g in (gpus or []) if isinstance(g, dict)]
+    known = [g for g in listed if g.get("matrix")]
+    plan_d = plan if isinstance(plan, dict) else None
+    branch = pin if pin is not None else ((plan_d or {}).get("driver") or {}).get("branch")
+    out: dict[str, Any] = {
+        "branch": branch,
+        "known_gpus": known,
+        "unknown_gpus": [g for g in listed if not g.get("matrix")],
+        "branch_check": None,
+        "kernel_packages": [],
+        "userspace_packages": [],
+        "refusal": "",
+    }
+    table = packages if isinstance(packages, dict) else {}
+    version = str(os_version)
+    if version not in {str(v) for v in table}:
+        supported = ", ".join(str(v) for v in table)
+        out["refusal"] = (
+            f"nvidia_driver has no package map for {distribution} {version}; "
+            f"supported versions: {supported}."
+        )
+        return out
+    by_branch = table.get(version, table.get(os_version)) or {}
+    if branch is None or not re.fullmatch(r"[0-9]+", str(branch)):
+        out["refusal"] = (
+            f"No driver branch for {host}: pin nvidia_driver_branch (an integer, e.g. 535) or "
+            "run playbooks/plan.yml first (it sets gpuprov_plan.driver.branch). "
+            f"Got: {branch}."
+        )
+        return out
+    number = int(str(branch))
+    out["branch"] = number
+    if known:
+        check = gpu_compat_branch_check(number, [g.get("pci_id") for g in known])
+        out["branch_check"] = check
+        if not check["ok"]:
+            names = ", ".join(str(g.get("name")) for g in known)
+            allowed = ", ".join(str(b) for b in check["allowed_branches"])
+            out["refusal"] = (
+                f"Driver branch {number} does not drive every GPU of {host} ({names}): "
+                f"{'; '.join(check['reasons'])}. Allowed branches for this host: {allowed}. "
+                "Nothing was changed."
+            )
+            return out
+    if plan_d is not None and plan_d.get("cuda") is not None:
+        driver = plan_d.get("driver") or {}
+        minimum = driver.get("minor_compat_min_version") or driver.get("min_version") or "0"
+        min_branch = str(minimum).split(".")[0]
+        if min_branch.isdigit() and number < int(min_branch):
+            out["refusal"] = (
+                f"Driver branch {number} is too old for the planned CUDA {plan_d['cuda']} "
+                f"(needs driver >= {minimum}). Pick a branch of at least {min_branch} or pin "
+                "an older stack. Nothing was changed."
+            )
+            return out
+    key = _branch_key(by_branch, number)
+    if key is None:
+        packaged = ", ".join(str(b) for b in by_branch)
+        out["refusal"] = (
+            f"Driver branch {number} has no packages on {distribution} {version}; "
+            f"packaged branches: {packaged}. Nothing was changed."
+        )
+        return out
+    chosen = by_branch[key]
+    out["kernel_packages"] = list(chosen.get("kernel") or [])
+    out["userspace_packages"] = list(chosen.get("userspace") or []) + list(extra_packages or [])
+    return out
 
 
 def gpu_compat_allowed_branches(gpus: Any) -> list[int]:
@@ -321,6 +420,7 @@ class FilterModule:
             "gpu_compat_check": gpu_compat_check,
             "gpu_compat_gpu": gpu_compat_gpu,
             "gpu_compat_branch_check": gpu_compat_branch_check,
+            "gpu_compat_driver_preflight": gpu_compat_driver_preflight,
             "gpu_compat_allowed_branches": gpu_compat_allowed_branches,
             "gpu_compat_plan": gpu_compat_plan,
             "gpu_compat_install": gpu_compat_install,

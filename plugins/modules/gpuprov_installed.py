@@ -10,9 +10,9 @@ DOCUMENTATION = r"""
 module: gpuprov_installed
 short_description: Read some installed packages and systemd units, without setting facts
 description:
-  - Answers the preflight questions "is one of these packages installed, at which version"
-    and "does this unit exist, is it running" in one module call, with one C(dpkg-query)
-    (or C(rpm -qa)) and one C(systemctl show).
+  - Answers the preflight questions "is one of these packages installed, at which version",
+    "does this unit exist, is it running" and "do these paths exist" in one module call, with
+    one C(dpkg-query) (or C(rpm -qa)) and one C(systemctl show).
   - Replaces M(ansible.builtin.package_facts) and M(ansible.builtin.service_facts) in the
     roles. Those set every package and every unit of the host as host facts, which the
     controller then decodes and copies for every later task of the host (with a fact cache,
@@ -38,6 +38,11 @@ options:
     description: systemd unit names (with their suffix, e.g. C(docker.service)).
     type: list
     elements: str
+    default: []
+  paths:
+    description: Paths to look for (links followed), such as an installer someone ran.
+    type: list
+    elements: path
     default: []
   admindir:
     description: dpkg's database directory (tests point it at a throwaway one).
@@ -72,6 +77,11 @@ units:
     without systemctl.
   returned: always
   type: dict
+paths:
+  description: The paths asked for that exist (a link counts when its target exists), in order.
+  returned: always
+  type: list
+  elements: str
 manager:
   description: The package manager read (dpkg, rpm) or none.
   returned: always
@@ -81,6 +91,7 @@ manager:
 import re
 import shutil
 from collections.abc import Iterable
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -145,7 +156,13 @@ def run(module: AnsibleModule) -> dict[str, object]:
         re.compile(regex)
     except re.error as exc:
         module.fail_json(msg=f"package_regex {regex!r} is not a regular expression: {exc}")
-    result: dict[str, object] = {"changed": False, "packages": {}, "units": {}, "manager": "none"}
+    result: dict[str, object] = {
+        "changed": False,
+        "packages": {},
+        "units": {},
+        "paths": [p for p in module.params["paths"] if Path(p).exists()],
+        "manager": "none",
+    }
     if names or regex:
         if shutil.which("dpkg-query"):
             fmt = "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"
@@ -179,6 +196,7 @@ def build_module() -> AnsibleModule:
             "packages": {"type": "list", "elements": "str", "default": []},
             "package_regex": {"type": "str", "default": ""},
             "units": {"type": "list", "elements": "str", "default": []},
+            "paths": {"type": "list", "elements": "path", "default": []},
             "admindir": {"type": "path", "default": "/var/lib/dpkg"},
         },
         supports_check_mode=True,

@@ -34,6 +34,7 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_check",
         "gpu_compat_gpu",
         "gpu_compat_branch_check",
+        "gpu_compat_driver_preflight",
         "gpu_compat_allowed_branches",
         "gpu_compat_plan",
         "gpu_compat_install",

@@ -61,6 +61,15 @@ def test_names_and_regex_select_only_installed_packages(admindir: Path) -> None:
     assert "ansible_facts" not in result
 
 
+def test_paths_that_exist_links_followed(tmp_path: Path) -> None:
+    (tmp_path / "installer").write_text("")
+    (tmp_path / "build").symlink_to(tmp_path / "headers")  # dangling until the headers come
+    asked = [str(tmp_path / n) for n in ("uninstall", "installer", "build")]
+    assert run_module(MODULE, {"paths": asked})["paths"] == [str(tmp_path / "installer")]
+    (tmp_path / "headers").mkdir()
+    assert run_module(MODULE, {"paths": asked})["paths"] == asked[1:]
+
+
 @needs_dpkg
 def test_nothing_asked_reads_nothing(admindir: Path) -> None:
     result = run_module(MODULE, {"admindir": str(admindir)})

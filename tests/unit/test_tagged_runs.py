@@ -1,0 +1,59 @@
+"""A run of one component (`site.yml --tags docker`, `--tags model_serving`) still runs what
+every component needs: the inventory checks, the plan, the other sources' check, and the
+driver role's preflight (its state probe, tagged always, needs the branch and package set it
+chooses). Before, such a run failed in the driver play: `_nvidia_driver_branch` is undefined
+(seen on the lab, 2026-12-05). The effective tags of a task are its own, its blocks' and its
+play's (or its role's, for a role listed by a play)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+NESTED = ("block", "rescue", "always")
+
+
+def _tags(item: dict[str, Any]) -> set[str]:
+    tags = item.get("tags", [])
+    return {tags} if isinstance(tags, str) else set(tags)
+
+
+def _untagged(tasks: Any, inherited: set[str]) -> list[str]:
+    """Names of the tasks under ``tasks`` that do not run under --tags X (no `always`)."""
+    out: list[str] = []
+    for task in tasks or []:
+        tags = inherited | _tags(task)
+        if "always" not in tags:
+            out.append(str(task.get("name")))
+        for key in NESTED:
+            out += _untagged(task.get(key), tags)
+    return out
+
+
+@pytest.mark.parametrize("playbook", ["validate.yml", "plan.yml", "sources.yml"])
+def test_the_plays_every_component_needs_run_under_any_tags(playbook: str) -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+    missing: list[str] = []
+    for play in plays:
+        tags = _tags(play)
+        missing += _untagged(play.get("tasks"), tags)
+        for role in play.get("roles", []):
+            if "always" not in tags | _tags(role):
+                missing.append(f"role {role.get('role')}")
+    assert plays
+    assert missing == []
+
+
+def test_the_driver_preflight_runs_under_any_tags() -> None:
+    main = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/main.yml").read_text())
+    preflight = [t for t in main if t.get("ansible.builtin.import_tasks") == "preflight.yml"]
+    assert len(preflight) == 1
+    assert "always" in _tags(preflight[0])
+    # The probe it feeds runs under any tags (the fast path's design).
+    probe = [t for t in main if "gpuprov_state" in t]
+    assert probe
+    assert "always" in _tags(probe[0])
