@@ -17,6 +17,9 @@
 (c) scaling: no-op re-runs of (b)'s plays on 1, 4 and 8 converged hosts, interleaved, two
     rounds (the faster of each). Goal: 8 hosts <= 2.0x 1 host. A no-op has no driver batches:
     driver.yml verifies every node at once and batches only the nodes whose driver changes.
+    Each run's CPU time is printed too: ansible-playbook's with its workers and ssh clients,
+    and the hosts' (their containers' cgroups), and what they need at least on this machine's
+    cores, where the lab's hosts share the controller's CPUs (a fleet's hosts bring their own).
 
 It brings up its own lab (default name `bench`; 11 Debian 12 hosts with a K40m, and the
 toolkit packages from the lab's mirror container, a stand-in for NVIDIA's repository)
@@ -28,13 +31,15 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
+import resource
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -42,6 +47,12 @@ REPO = Path(__file__).resolve().parent.parent
 LAB_PY = REPO / "scripts" / "lab.py"
 # scripts/ is first on sys.path: Python puts this script's directory there.
 from gpuprov_lab import raw_script  # noqa: E402
+from gpuprov_lab.engine import (  # noqa: E402
+    connect_engine,
+    container_cpu_seconds,
+    detect_cgroup,
+    lab_containers,
+)
 from gpuprov_lab.inventory import ssh_argv  # noqa: E402
 from gpuprov_lab.site import ansible_env  # noqa: E402
 
@@ -72,11 +83,33 @@ def run(argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=False, **kw)
 
 
+class Run(NamedTuple):
+    wall: float
+    controller_cpu: float  # ansible-playbook, its workers and ssh clients
+    hosts_cpu: float | None  # the hosts' containers (None: cgroups not readable)
+
+
+def cpu_lines(runs: dict[int, Run], cores: int) -> list[str]:
+    """What the no-op runs used, and the least wall time that much CPU needs on ``cores``."""
+    lines = []
+    for n, r in runs.items():
+        hosts = f"{r.hosts_cpu:.1f}" if r.hosts_cpu is not None else "n/a"
+        need = r.controller_cpu + (r.hosts_cpu or 0.0)
+        lines.append(
+            f"    {n} host{'s' if n > 1 else ''}: CPU controller {r.controller_cpu:.1f}s + hosts "
+            f"{hosts}s = {need:.1f}s; on {cores} cores at least {need / cores:.1f}s "
+            f"= {need / cores / runs[min(runs)].wall:.2f}x 1 host's wall time"
+        )
+    return lines
+
+
 class Lab:
     def __init__(self, name: str) -> None:
         self.name = name
         self.inventory = REPO / ".lab" / name / "hosts.yml"
         self.hostvars: dict[str, dict[str, Any]] = {}
+        self.container_ids: dict[str, str] = {}
+        self.cgroup = 1
 
     def up(self) -> None:
         hosts = (SITE_HOST, SITE_SHELL_HOST, *ANSIBLE_HOSTS, SHELL_HOST)
@@ -89,6 +122,32 @@ class Lab:
         group = inv["all"]["children"]["lab"]
         lab_vars = dict(group.get("vars") or {})
         self.hostvars = {h: {**lab_vars, **(hv or {})} for h, hv in group["hosts"].items()}
+        names = {str(doc.get("Name", "")).lstrip("/"): doc["Id"] for doc in self.containers()}
+        self.container_ids = {
+            h: names[f"{self.name}-{h}"] for h in hosts if f"{self.name}-{h}" in names
+        }
+        self.cgroup = detect_cgroup()
+
+    def containers(self) -> list[dict[str, Any]]:
+        return lab_containers(connect_engine(), self.name)
+
+    def hosts_cpu(self, hosts: Sequence[str]) -> float | None:
+        """CPU seconds the hosts' containers have used so far (None: not readable here)."""
+        used = [container_cpu_seconds(self.container_ids.get(h, ""), self.cgroup) for h in hosts]
+        return None if any(u is None for u in used) else sum(u for u in used if u is not None)
+
+    def measured(self, playbooks: Sequence[str], limit: Sequence[str]) -> Run:
+        """A run of ``playbooks`` with its wall time and CPU time (controller, hosts)."""
+        before_hosts = self.hosts_cpu(limit)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        took = self.playbooks(playbooks, limit)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        after_hosts = self.hosts_cpu(limit)
+        controller = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        hosts = None
+        if before_hosts is not None and after_hosts is not None:
+            hosts = after_hosts - before_hosts
+        return Run(took, controller, hosts)
 
     def down(self) -> None:
         run([sys.executable, str(LAB_PY), "--lab", self.name, "down"])
@@ -204,11 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             provision[what] = (t_ansible, time_script(lab, shell_host, script))
         # (c) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
         lab.playbooks(STACK, list(ANSIBLE_HOSTS[1:]))
-        noop: dict[int, float] = {}
+        noop: dict[int, Run] = {}
         for _ in range(2):
             for n in FLEETS:
-                took = lab.playbooks(STACK, list(ANSIBLE_HOSTS[:n]))
-                noop[n] = min(noop.get(n, took), took)
+                got = lab.measured(STACK, list(ANSIBLE_HOSTS[:n]))
+                if n not in noop or got.wall < noop[n].wall:
+                    noop[n] = got
     except BenchError as exc:
         print(f"bench_site.py: {exc}", file=sys.stderr)
         return 2
@@ -220,10 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         goal = f" (goal <= {GOAL_PROVISION})" if what == "site.yml" else ""
         print(f" / shell {t_shell:.1f}s = {t_ansible / t_shell:.2f}{goal}")
     for n in FLEETS[1:]:
-        print(f"(c) no-op re-run: {n} hosts {noop[n]:.1f}s / 1 host {noop[1]:.1f}s", end="")
-        print(f" = {noop[n] / noop[1]:.2f}" + (f" (goal <= {GOAL_SCALING})" if n == 8 else ""))
+        print(
+            f"(c) no-op re-run: {n} hosts {noop[n].wall:.1f}s / 1 host {noop[1].wall:.1f}s", end=""
+        )
+        ratio = noop[n].wall / noop[1].wall
+        print(f" = {ratio:.2f}" + (f" (goal <= {GOAL_SCALING})" if n == 8 else ""))
+    print("\n".join(cpu_lines(noop, os.cpu_count() or 1)))
     t_ansible, t_shell = provision["site.yml"]
-    met = t_ansible / t_shell <= GOAL_PROVISION and noop[8] / noop[1] <= GOAL_SCALING
+    met = t_ansible / t_shell <= GOAL_PROVISION and noop[8].wall / noop[1].wall <= GOAL_SCALING
     return 0 if met else 1
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpuprov_lab.common import CONTAINER_SSH_PORT, LABEL, NO_ENGINE, PORT_RANGE, LabError
@@ -162,6 +163,41 @@ def detect_cgroup() -> int:
         check=False,
     )
     return cgroup_version(out.stdout)
+
+
+def cpu_usage_files(container_id: str, version: int) -> list[str]:
+    """Where the kernel keeps a Docker container's CPU time, most likely first: cgroup v1's
+    cpuacct controller (nanoseconds), v2's cpu.stat (usage_usec) under the systemd or the
+    cgroupfs driver."""
+    if version == 1:
+        return [
+            f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage",
+            f"/sys/fs/cgroup/cpu,cpuacct/docker/{container_id}/cpuacct.usage",
+        ]
+    return [
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cpu.stat",
+        f"/sys/fs/cgroup/docker/{container_id}/cpu.stat",
+    ]
+
+
+def parse_cpu_usage(path: str, text: str) -> float:
+    """CPU seconds from a file of cpu_usage_files(): cpuacct.usage (ns) or cpu.stat."""
+    if path.endswith("cpuacct.usage"):
+        return int(text.strip()) / 1e9
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usage_usec":
+            return int(value) / 1e6
+    raise ValueError(f"{path}: no usage_usec line")
+
+
+def container_cpu_seconds(container_id: str, version: int) -> float | None:
+    """CPU seconds a container's processes have used so far, or None where the cgroup file
+    is not readable here (another cgroup layout, a remote engine)."""
+    for path in cpu_usage_files(container_id, version):
+        with contextlib.suppress(OSError, ValueError):
+            return parse_cpu_usage(path, Path(path).read_text(encoding="ascii"))
+    return None
 
 
 def lab_containers(docker: Docker, lab: str) -> list[dict[str, Any]]:

@@ -267,3 +267,25 @@ def test_coverage_cache_answers_as_the_rule() -> None:
                 assert rules.coverage(v.sass, v.ptx, cc) == rules._coverage(v.sass, v.ptx, cc)
     # Lists are not hashable: answered, not remembered.
     assert rules.coverage(["sm_80"], [], (8, 6)) == ("sass", "sm_80")
+
+
+def test_bench_site_prints_the_cpu_a_no_op_needs() -> None:
+    """scripts/bench_site.py's scaling rows: CPU of the controller and the hosts, and the least
+    wall time that much CPU takes on the machine's cores, against 1 host's wall time."""
+    import bench_site
+
+    runs = {
+        1: bench_site.Run(5.0, 4.0, 1.0),
+        8: bench_site.Run(20.0, 24.0, 8.0),
+        4: bench_site.Run(10.0, 12.0, None),
+    }
+    lines = bench_site.cpu_lines(runs, 2)
+    assert lines[0] == (
+        "    1 host: CPU controller 4.0s + hosts 1.0s = 5.0s; on 2 cores at least 2.5s "
+        "= 0.50x 1 host's wall time"
+    )
+    assert lines[1] == (
+        "    8 hosts: CPU controller 24.0s + hosts 8.0s = 32.0s; on 2 cores at least 16.0s "
+        "= 3.20x 1 host's wall time"
+    )
+    assert lines[2].startswith("    4 hosts: CPU controller 12.0s + hosts n/a")

@@ -153,6 +153,22 @@ def test_cgroup_version(fs_type: str, version: int) -> None:
     assert engine.cgroup_version(fs_type) == version
 
 
+def test_container_cpu_time_is_read_from_either_cgroup_layout(tmp_path: Path) -> None:
+    """bench_site.py's CPU accounting: cgroup v1's cpuacct.usage is in nanoseconds, v2's
+    cpu.stat has usage_usec (microseconds); both paths name the container's full ID."""
+    v1 = engine.cpu_usage_files("abc", 1)
+    v2 = engine.cpu_usage_files("abc", 2)
+    assert v1[0] == "/sys/fs/cgroup/cpuacct/docker/abc/cpuacct.usage"
+    assert "/sys/fs/cgroup/system.slice/docker-abc.scope/cpu.stat" in v2
+    assert engine.parse_cpu_usage(v1[0], "2500000000\n") == 2.5
+    stat = "usage_usec 1250000\nuser_usec 1000000\nsystem_usec 250000\n"
+    assert engine.parse_cpu_usage(v2[0], stat) == 1.25
+    with pytest.raises(ValueError, match="no usage_usec"):
+        engine.parse_cpu_usage(v2[0], "nr_periods 0\n")
+    # A container whose cgroup is not readable here: None, not 0.
+    assert engine.container_cpu_seconds("no-such-container-id", 1) is None
+
+
 @pytest.mark.parametrize("cgroup", [1, 2])
 def test_docker_run_args(cgroup: int) -> None:
     host = profiles.HostSpec("lab-k40m", "k40m", "bookworm")
