@@ -33,7 +33,7 @@ prereqs-test:  ## the same for `make test`, plus the linters' system tools (shel
 $(BIN)/.stamp: requirements-dev.txt constraints-dev.txt pyproject.toml
 	scripts/prereqs.sh venv
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip -c constraints-dev.txt
 	$(BIN)/pip install --quiet --no-compile -r requirements-dev.txt -c constraints-dev.txt
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet --no-deps -e .
 	touch $@

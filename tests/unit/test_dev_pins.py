@@ -81,3 +81,6 @@ def test_the_pins_are_what_this_environment_runs() -> None:
 def test_the_venv_installs_with_the_constraints() -> None:
     make = (ROOT / "Makefile").read_text()
     assert "-r requirements-dev.txt -c constraints-dev.txt" in make
+    # The venv's own pip too: a pip release changes resolution and output for every install.
+    assert "--upgrade pip -c constraints-dev.txt" in make
+    assert "pip" in CONSTRAINED
