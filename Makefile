@@ -7,6 +7,12 @@ LAB ?= gpuprov
 # The lab's inventory: inventories/lab/hosts.yml for the default lab, .lab/NAME/hosts.yml else.
 INV ?= $(if $(filter gpuprov,$(LAB)),inventories/lab/hosts.yml,.lab/$(LAB)/hosts.yml)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Development and CI machines here set PYTHONDONTWRITEBYTECODE=1: every Python process then
+# compiles from source all it imports, and ansible-playbook forks a worker per task and host,
+# each importing Jinja's and the plugins' code again (a 1-host no-op of the stack plays: 4.9
+# CPU-s against 4.0 with bytecode, 2026-12-05). What make runs writes and reuses it (the
+# __pycache__ directories are git-ignored, left out of the collection and of the state digests).
+unexport PYTHONDONTWRITEBYTECODE
 # The venv's tools first (ansible-lint warns when it has to add its own bin/ to PATH).
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # The lab's throwaway vault password (scripts/gpuprov_lab/s3lab.py), once `lab-up` made it
