@@ -12,35 +12,21 @@ from typing import Any
 
 import dpkg_holds  # plugins/modules/dpkg_holds.py (pytest's pythonpath)
 import pytest
+from dpkg_db import Package, make_admindir
 from module_run import run_module
 from task_walk import all_tasks
 
 MODULE = Path(dpkg_holds.__file__)
-STANZA = """Package: {name}
-Status: {want} ok installed
-Priority: optional
-Section: misc
-Maintainer: gpuprov tests <t@x.invalid>
-Architecture: {arch}
-Version: 1.0
-Description: a package of the throwaway database
-
-"""
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg (Debian)")
 
 
 @pytest.fixture
 def admindir(tmp_path: Path) -> Path:
-    root = tmp_path / "dpkg"
-    for sub in ("updates", "info"):
-        (root / sub).mkdir(parents=True)
-    (root / "status").write_text(
-        STANZA.format(name="foo", want="install", arch="amd64")
-        + STANZA.format(name="bar", want="hold", arch="all")
-        + STANZA.format(name="libqux1", want="install", arch="amd64")
+    return make_admindir(
+        tmp_path / "dpkg",
+        [Package("foo"), Package("bar", want="hold", arch="all"), Package("libqux1")],
     )
-    return root
 
 
 def _holds(admindir: Path, names: list[str], selection: str, check: bool = False) -> Any:

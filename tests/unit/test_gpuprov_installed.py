@@ -10,36 +10,26 @@ from pathlib import Path
 import gpuprov_installed  # plugins/modules/gpuprov_installed.py (pytest's pythonpath)
 import pytest
 import yaml
+from dpkg_db import Package, make_admindir
 from module_run import run_module
 from task_walk import all_tasks
 
 MODULE = Path(gpuprov_installed.__file__)
-STANZA = """Package: {name}
-Status: {want} ok {state}
-Priority: optional
-Section: misc
-Maintainer: gpuprov tests <t@x.invalid>
-Architecture: amd64
-Version: {version}
-Description: a package of the throwaway database
-
-"""
 needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg-query")
 
 
 @pytest.fixture
 def admindir(tmp_path: Path) -> Path:
-    root = tmp_path / "dpkg"
-    for sub in ("updates", "info"):
-        (root / sub).mkdir(parents=True)
-    (root / "status").write_text(
-        STANZA.format(name="cuda-drivers-550", want="install", state="installed", version="550.1-1")
-        + STANZA.format(name="nvidia-open", want="hold", state="installed", version="560.2-1")
-        + STANZA.format(name="cuda-drivers", want="deinstall", state="config-files", version="1")
-        + STANZA.format(name="docker-ce", want="install", state="half-configured", version="5:27")
-        + STANZA.format(name="docker-ce-cli", want="install", state="installed", version="5:27")
+    return make_admindir(
+        tmp_path / "dpkg",
+        [
+            Package("cuda-drivers-550", version="550.1-1"),
+            Package("nvidia-open", want="hold", version="560.2-1"),
+            Package("cuda-drivers", want="deinstall", state="config-files", version="1"),
+            Package("docker-ce", state="half-configured", version="5:27"),
+            Package("docker-ce-cli", version="5:27"),
+        ],
     )
-    return root
 
 
 @needs_dpkg

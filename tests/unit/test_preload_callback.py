@@ -4,12 +4,10 @@ itself, with the callback; by the forked workers, once per task and host, withou
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from local_play import run_local_play
 
 # Their ansible-playbook children run no measured file (conftest.py).
 pytestmark = pytest.mark.usefixtures("unmeasured_children")
@@ -54,19 +52,11 @@ def _loads(tmp_path: Path, callbacks: str) -> list[str]:
     book.write_text(PLAYBOOK)
     loads = tmp_path / f"loads-{len(callbacks)}.txt"
     env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "ANSIBLE_FILTER_PLUGINS": f"{filters}:{ROOT / 'plugins' / 'filter'}",
         "ANSIBLE_CALLBACKS_ENABLED": callbacks,
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         "LOADS_FILE": str(loads),
     }
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "h1,h2,", "-c", "local"]
-    proc = subprocess.run(
-        [*argv, str(book)], capture_output=True, text=True, env=env, cwd=ROOT, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_local_play(book, tmp_path, env)
     return loads.read_text().split()
 
 

@@ -5,18 +5,15 @@ machine): what each task is and how many items it ran are known from the playboo
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from local_play import run_local_play
 
 # Their ansible-playbook, ansible-builder and pip children run no measured file (conftest.py).
 pytestmark = pytest.mark.usefixtures("unmeasured_children")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = """
 - name: Count
@@ -51,28 +48,7 @@ PLAYBOOK = """
 def test_counts_per_host(tmp_path: Path) -> None:
     book = tmp_path / "count.yml"
     book.write_text(PLAYBOOK)
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-    }
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "h1,h2,",
-            "-c",
-            "local",
-            str(book),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_local_play(book, tmp_path)
     assert not (tmp_path / "recap.json").exists()
     lines = dict(re.findall(r"^(h[12]): (remote=.*)$", proc.stdout, re.M))
     # h1: command, two loop items; h2: command, the loop skipped whole. Delegated: controller.
@@ -94,18 +70,7 @@ def test_recap_file_holds_the_recap_and_the_counts(tmp_path: Path) -> None:
 """
     )
     recap = tmp_path / "out" / "recap.json"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-        "GPUPROV_RECAP_FILE": str(recap),
-    }
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "h1,h2,", "-c", "local"]
-    proc = subprocess.run(
-        [*argv, str(book)], capture_output=True, text=True, env=env, cwd=ROOT, check=False
-    )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    run_local_play(book, tmp_path, {"GPUPROV_RECAP_FILE": str(recap)}, rc=2)
     got = json.loads(recap.read_text())
     assert sorted(got) == ["h1", "h2"]
     assert (got["h1"]["failures"], got["h2"]["failures"]) == (0, 1)
