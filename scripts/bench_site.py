@@ -17,9 +17,11 @@
 (c) scaling: no-op re-runs of (b)'s plays on 1, 4 and 8 converged hosts, interleaved, two
     rounds (the faster of each). Goal: 8 hosts <= 2.0x 1 host. A no-op has no driver batches:
     driver.yml verifies every node at once and batches only the nodes whose driver changes.
-    Each run's CPU time is printed too: ansible-playbook's with its workers and ssh clients,
-    and the hosts' (their containers' cgroups), and what they need at least on this machine's
-    cores, where the lab's hosts share the controller's CPUs (a fleet's hosts bring their own).
+    Each run's CPU time is printed too: ansible-playbook's with its workers and ssh clients
+    (not the ssh ControlPersist masters, which daemonize: the controller's figure is a lower
+    bound), and the hosts' (their containers' cgroups), and what they need at least on this
+    machine's cores, where the lab's hosts share the controller's CPUs (a fleet's hosts bring
+    their own).
 
 It brings up its own lab (default name `bench`; 11 Debian 12 hosts with a K40m, and the
 toolkit packages from the lab's mirror container, a stand-in for NVIDIA's repository)
@@ -133,7 +135,9 @@ class Lab:
 
     def hosts_cpu(self, hosts: Sequence[str]) -> float | None:
         """CPU seconds the hosts' containers have used so far (None: not readable here)."""
-        used = [container_cpu_seconds(self.container_ids.get(h, ""), self.cgroup) for h in hosts]
+        if any(h not in self.container_ids for h in hosts):
+            return None  # an empty ID would name the parent cgroup: every container's CPU
+        used = [container_cpu_seconds(self.container_ids[h], self.cgroup) for h in hosts]
         return None if any(u is None for u in used) else sum(u for u in used if u is not None)
 
     def measured(self, playbooks: Sequence[str], limit: Sequence[str]) -> Run:

@@ -13,7 +13,8 @@ short_description: Load the Jinja filters and tests once, before the first task
 description:
   - ansible-playbook forks a worker process for every task and host. A worker that templates
     anything with a filter or a test first loads every filter and test plugin file of the
-    configured paths (Ansible's own and C(filter_plugins)), and the worker ends with the task.
+    configured paths (Ansible's own and C(filter_plugins)) and this collection's filter files,
+    and the worker ends with the task.
     On a 1-host no-op of gpuprov's stack plays that was 448 module loads in 51 workers, about
     a seventh of their CPU (profiled, 2026-12-05).
   - At the start of the playbook this callback loads them in ansible-playbook's own process,
@@ -29,8 +30,14 @@ from typing import Any
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import filter_loader, test_loader
 
-# One plugin of each loader: the first lookup loads all plugin files of the configured paths.
-FIRST_LOOKUPS = ((filter_loader, "ansible.builtin.to_json"), (test_loader, "ansible.builtin.match"))
+# One plugin of each loader: the first lookup loads all plugin files of the configured paths;
+# the lookup of one of this collection's filters by its full name loads its filter files (the
+# roles name them so; installed as a collection, filter_plugins is not set).
+FIRST_LOOKUPS = (
+    (filter_loader, "ansible.builtin.to_json"),
+    (test_loader, "ansible.builtin.match"),
+    (filter_loader, "gpuprov.fleet.gpu_compat_resolve"),
+)
 
 
 class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible-core ships no type hints

@@ -19,7 +19,9 @@ description:
     a JSON decode each time; on a 4-host no-op, half of the CPU of ansible-playbook).
     This module returns only what was asked, in its result (C(register) it).
   - Needs no Python bindings of the package manager (package_facts needs python3-apt on
-    Debian).
+    Debian). dpkg is read where its database is (O(admindir)), rpm otherwise. Units are read
+    only where systemd runs (C(/run/systemd/system)); elsewhere RV(units) is empty.
+  - A failed package read leaves RV(packages) out of the (failed) result.
 version_added: "0.9.0"
 author: gpuprov contributors
 options:
@@ -68,7 +70,7 @@ packages:
   description: >-
     name -> version of each installed package asked for (dpkg: every state but not-installed
     and config-files; rpm: VERSION-RELEASE). Packages that are not installed are absent.
-  returned: always
+  returned: success
   type: dict
 units:
   description: >-
@@ -164,21 +166,30 @@ def run(module: AnsibleModule) -> dict[str, object]:
         "manager": "none",
     }
     if names or regex:
-        if shutil.which("dpkg-query"):
+        # Failures leave `packages` out of the result: a caller that tolerates them (gpu_smoke's
+        # report) must tell "could not read" from "none installed".
+        unread = {k: v for k, v in result.items() if k not in ("packages", "manager")}
+        admindir = str(module.params["admindir"])
+        # dpkg only where its database is (EPEL ships dpkg-query for RHEL, with an empty one).
+        if shutil.which("dpkg-query") and Path(admindir, "status").is_file():
             fmt = "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"
-            argv = ["dpkg-query", "--admindir", str(module.params["admindir"]), "-W", fmt]
+            argv = ["dpkg-query", "--admindir", admindir, "-W", fmt]
             manager, parse = "dpkg", parse_dpkg
         elif shutil.which("rpm"):
             argv = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
             manager, parse = "rpm", parse_rpm
         else:
-            module.fail_json(msg="Neither dpkg-query nor rpm is on this host's PATH.", **result)
+            module.fail_json(
+                msg=f"Neither a dpkg database ({admindir}) nor rpm on this host's PATH.", **unread
+            )
         rc, out, err = module.run_command(argv)
         if rc != 0:
-            module.fail_json(msg=f"{' '.join(argv[:1])} failed (rc {rc}): {err.strip()}", **result)
+            module.fail_json(msg=f"{argv[0]} failed (rc {rc}): {err.strip()}", **unread)
         result["manager"] = manager
         result["packages"] = select(parse(out), names, regex)
-    if units and shutil.which("systemctl"):
+    # Only where systemd runs (a chroot or a container without it has no units to ask about:
+    # systemctl answers rc 1 or nothing there), as service_facts did.
+    if units and shutil.which("systemctl") and Path("/run/systemd/system").is_dir():
         argv = ["systemctl", "show", "--property=LoadState,SubState", "--", *units]
         rc, out, err = module.run_command(argv)
         if rc != 0:

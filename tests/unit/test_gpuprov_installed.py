@@ -131,3 +131,13 @@ def test_no_role_or_playbook_sets_package_or_service_facts() -> None:
     ]
     assert files
     assert used == []
+
+
+@pytest.mark.skipif(shutil.which("rpm") is not None, reason="rpm would answer instead")
+def test_a_failed_read_leaves_the_packages_out(tmp_path: Path) -> None:
+    """No dpkg database there and no rpm: failed, and no `packages` that would read as "none
+    installed" to a caller that tolerates the failure (gpu_smoke's report)."""
+    result = run_module(MODULE, {"packages": ["nvidia-smi"], "admindir": str(tmp_path)})
+    assert result["failed"] is True
+    assert f"Neither a dpkg database ({tmp_path})" in result["msg"]
+    assert "packages" not in result
