@@ -97,30 +97,33 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 
+# The package and unit queries, shared with gpuprov_state (plugins/module_utils/host_query.py;
+# shipped with this module by AnsiballZ, from the collection or ansible.cfg's module_utils).
+try:
+    from ansible_collections.gpuprov.fleet.plugins.module_utils import host_query as _hq
+except ImportError:
+    from ansible.module_utils import host_query as _hq
+
 # dpkg's status abbreviation: the second letter is the package's state. n: not installed,
 # c: only its configuration files are left. Every other state has files of the package.
 _DPKG_ABSENT = ("n", "c")
 
 
 def parse_dpkg(output: str) -> dict[str, str]:
-    """`dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'` as name -> version
-    of the installed packages (the first architecture's, for a multi-arch package)."""
+    """`dpkg-query -W` with host_query.DPKG_FORMAT as name -> version of the installed
+    packages (the first architecture's, for a multi-arch package)."""
     found: dict[str, str] = {}
-    for line in output.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3 or len(parts[2]) < 2 or parts[2][1] in _DPKG_ABSENT:
-            continue
-        found.setdefault(parts[0], parts[1])
+    for name, version, status in _hq.dpkg_rows(output):
+        if len(status) >= 2 and status[1] not in _DPKG_ABSENT:
+            found.setdefault(name, version)
     return found
 
 
 def parse_rpm(output: str) -> dict[str, str]:
-    """`rpm -qa --qf '%{NAME}\\t%{VERSION}-%{RELEASE}\\n'` as name -> version."""
+    """`rpm -qa` with host_query.RPM_FORMAT as name -> version."""
     found: dict[str, str] = {}
-    for line in output.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 2 and parts[0]:
-            found.setdefault(parts[0], parts[1])
+    for name, version in _hq.rpm_rows(output):
+        found.setdefault(name, version)
     return found
 
 
@@ -136,18 +139,13 @@ def select(installed: dict[str, str], names: Iterable[str], regex: str) -> dict[
 
 
 def parse_units(units: list[str], output: str) -> dict[str, str]:
-    """`systemctl show --property=LoadState,SubState UNIT...` (one block of key=value lines per
-    unit, in the order asked, separated by blank lines) as unit -> SubState of the units
-    systemd knows. An alias is answered under the name asked."""
-    blocks = output.strip("\n").split("\n\n") if output.strip() else []
-    if len(blocks) != len(units):
-        raise ValueError(f"systemctl show answered {len(blocks)} blocks for {len(units)} units")
-    found: dict[str, str] = {}
-    for unit, block in zip(units, blocks):  # noqa: B905 - strict= needs Python 3.10 (hosts: 3.9)
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if props.get("LoadState", "not-found") != "not-found":
-            found[unit] = props.get("SubState", "")
-    return found
+    """`systemctl show --property=LoadState,SubState UNIT...` as unit -> SubState of the units
+    systemd knows, under the names asked. ValueError when the answer does not fit the units."""
+    return {
+        unit: props.get("SubState", "")
+        for unit, props in _hq.unit_properties(units, output).items()
+        if props.get("LoadState", "not-found") != "not-found"
+    }
 
 
 def run(module: AnsibleModule) -> dict[str, object]:
@@ -172,11 +170,10 @@ def run(module: AnsibleModule) -> dict[str, object]:
         admindir = str(module.params["admindir"])
         # dpkg only where its database is (EPEL ships dpkg-query for RHEL, with an empty one).
         if shutil.which("dpkg-query") and Path(admindir, "status").is_file():
-            fmt = "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"
-            argv = ["dpkg-query", "--admindir", admindir, "-W", fmt]
+            argv = ["dpkg-query", "--admindir", admindir, "-W", _hq.DPKG_FORMAT]
             manager, parse = "dpkg", parse_dpkg
         elif shutil.which("rpm"):
-            argv = ["rpm", "-qa", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
+            argv = ["rpm", "-qa", "--qf", _hq.RPM_FORMAT]
             manager, parse = "rpm", parse_rpm
         else:
             module.fail_json(
@@ -190,7 +187,7 @@ def run(module: AnsibleModule) -> dict[str, object]:
     # Only where systemd runs (a chroot or a container without it has no units to ask about:
     # systemctl answers rc 1 or nothing there), as service_facts did.
     if units and shutil.which("systemctl") and Path("/run/systemd/system").is_dir():
-        argv = ["systemctl", "show", "--property=LoadState,SubState", "--", *units]
+        argv = _hq.systemctl_show_argv(units, ("LoadState", "SubState"))
         rc, out, err = module.run_command(argv)
         if rc != 0:
             module.fail_json(msg=f"systemctl show failed (rc {rc}): {err.strip()}", **result)

@@ -107,6 +107,13 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+# The package and unit queries, shared with gpuprov_installed (plugins/module_utils/host_query.py;
+# shipped with this module by AnsiballZ, from the collection or ansible.cfg's module_utils).
+try:
+    from ansible_collections.gpuprov.fleet.plugins.module_utils import host_query as _hq
+except ImportError:
+    from ansible.module_utils import host_query as _hq
+
 FORMAT = 1
 COMMAND_TIMEOUT = 300
 
@@ -188,19 +195,13 @@ def read_packages(names: list[str]) -> dict[str, str]:
     if not names:
         return found
     if Path("/usr/bin/dpkg-query").exists():
-        proc = _run(
-            ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", "--", *names]
-        )
-        for line in proc.stdout.decode(errors="replace").splitlines():
-            name, version, status = [*line.split("\t"), "", ""][:3]
-            if status.strip() and not status.startswith("u"):
-                found[name] = f"{version} {status.strip()}"
+        proc = _run(["dpkg-query", "-W", _hq.DPKG_FORMAT, "--", *names])
+        for name, version, status in _hq.dpkg_rows(proc.stdout.decode(errors="replace")):
+            if status and not status.startswith("u"):
+                found[name] = f"{version} {status}"
     else:
-        proc = _run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n", "--", *names])
-        for line in proc.stdout.decode(errors="replace").splitlines():
-            if "\t" in line:
-                name, version = line.split("\t", 1)
-                found[name] = version
+        proc = _run(["rpm", "-q", "--qf", _hq.RPM_FORMAT, "--", *names])
+        found.update(_hq.rpm_rows(proc.stdout.decode(errors="replace")))
     return {name: found.get(name, "absent") for name in names}
 
 
@@ -208,18 +209,20 @@ def read_units(units: list[str]) -> dict[str, str]:
     if not units:
         return {}
     try:
-        proc = _run(["systemctl", "show", "--property=Id,UnitFileState,ActiveState", "--", *units])
+        proc = _run(_hq.systemctl_show_argv(units, ("Id", "UnitFileState", "ActiveState")))
     except OSError as exc:
         return {u: f"systemctl cannot run: {exc.strerror}" for u in units}
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip()
         return {u: f"systemctl failed: {err}" for u in units}
-    blocks = proc.stdout.decode(errors="replace").strip().split("\n\n")
-    out: dict[str, str] = {}
-    for unit, block in zip(units, blocks):  # noqa: B905 - strict= needs Python 3.10 (hosts: 3.9)
-        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        out[unit] = f"{props.get('UnitFileState') or 'no unit file'} {props.get('ActiveState')}"
-    return out
+    try:
+        answers = _hq.unit_properties(units, proc.stdout.decode(errors="replace"))
+    except ValueError as exc:
+        return {u: str(exc) for u in units}
+    return {
+        unit: f"{props.get('UnitFileState') or 'no unit file'} {props.get('ActiveState')}"
+        for unit, props in answers.items()
+    }
 
 
 def read_venv(path: str) -> str:

@@ -28,10 +28,15 @@ def _register_action_plugins() -> None:
         spec.loader.exec_module(module)
 
 
-# plugins/module_utils/gpu_probe.py is ansible.module_utils.gpu_probe to gpu_info and its action
-# plugin (ansible.cfg's module_utils; AnsiballZ ships it with the module). Outside Ansible the
-# same file is importable as gpu_probe (pytest's pythonpath): give it its Ansible name too.
-sys.modules.setdefault("ansible.module_utils.gpu_probe", importlib.import_module("gpu_probe"))
+# plugins/module_utils/X.py is ansible.module_utils.X to the modules and action plugins that
+# import it (ansible.cfg's module_utils; AnsiballZ ships it with the module). Outside Ansible the
+# same file is importable as X (pytest's pythonpath): give it its Ansible name too.
+for _util in sorted(
+    (Path(__file__).resolve().parents[2] / "plugins" / "module_utils").glob("*.py")
+):
+    sys.modules.setdefault(
+        f"ansible.module_utils.{_util.stem}", importlib.import_module(_util.stem)
+    )
 _register_action_plugins()
 
 
