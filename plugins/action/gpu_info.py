@@ -7,6 +7,13 @@ driver say. Here, on the controller, each GPU is completed from the compat matri
 name (when the host only knew the PCI ID), compute capability (when the driver did not
 report it, e.g. R470's nvidia-smi) and architecture. A PCI ID the matrix does not know is
 left as name "unknown" and compute_capability null: never guessed upward.
+
+``reuse: run`` (an argument of this plugin, not of the module): answer with this run's last
+scan of the host, made with the same arguments, instead of scanning again. Each scan is
+stamped with the run that made it (the fact ``gpu_info_scan``: the ansible-playbook process
+and its start time); a stamp of another run, or none, means a scan. The roles' preflights ask
+for it: the validate and plan plays scanned moments before, and the driver role scans again
+after it changes anything (roles/nvidia_driver/tasks/converge.yml).
 """
 
 from __future__ import annotations
@@ -14,11 +21,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
+REUSE = ("never", "run")
 
 
 class MatrixGPU(Protocol):
@@ -97,6 +108,28 @@ def enrich(facts: dict[str, Any], matrix: Matrix) -> dict[str, Any]:
     return result
 
 
+def run_id(proc: Path = Path("/proc")) -> str | None:
+    """The ansible-playbook run this worker serves: its parent's PID and start time (field 22
+    of /proc/PID/stat, clock ticks since boot), so that a PID reused later is another run.
+    None where /proc cannot tell (then nothing is reused)."""
+    parent = os.getppid()
+    try:
+        stat = (proc / str(parent) / "stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the command name may hold spaces and parens
+    return f"{parent}:{fields[19]}" if len(fields) > 19 else None
+
+
+def reusable(facts: dict[str, Any], run: str | None, args: dict[str, Any]) -> dict[str, Any] | None:
+    """This run's last scan with the same module arguments, from the host's facts, or None."""
+    stamp = facts.get("gpu_info_scan")
+    scan = facts.get("gpu_info")
+    if run is None or not isinstance(stamp, dict) or not isinstance(scan, dict):
+        return None
+    return scan if stamp == {"run": run, "args": args} else None
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no type hints
     TRANSFERS_FILES = False
     _requires_connection = True
@@ -105,9 +138,24 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
         self, tmp: str | None = None, task_vars: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         result: dict[str, Any] = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        reuse = str(args.pop("reuse", "never"))
+        if reuse not in REUSE:
+            raise AnsibleActionFail(f"gpu_info: reuse is {reuse!r}; one of {', '.join(REUSE)}")
+        run = run_id()
+        if reuse == "run":
+            scan = reusable((task_vars or {}).get("ansible_facts", {}), run, args)
+            if scan is not None:
+                stamp = {"run": run, "args": args}
+                result.update(
+                    changed=False,
+                    reused=True,
+                    ansible_facts={"gpu_info": scan, "gpu_info_scan": stamp},
+                )
+                return result
         module_result: dict[str, Any] = self._execute_module(
             module_name="gpu_info",
-            module_args=self._task.args.copy(),
+            module_args=dict(args),  # a copy: _execute_module adds its _ansible_* keys
             task_vars=task_vars or {},
         )
         result.update(module_result)
@@ -116,6 +164,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
         facts = result.get("ansible_facts", {}).get("gpu_info")
         if facts is None:
             return result
+        if run is not None:
+            result["ansible_facts"]["gpu_info_scan"] = {"run": run, "args": args}
         try:
             matrix = load_matrix()
         except Exception as exc:  # report, keep the host's own answer

@@ -15,7 +15,8 @@ description:
     to it (each loop item counts once), the number of tasks that ran only on the controller
     (assert, set_fact, debug, include_vars, ...) and the number skipped.
   - A task counts as remote unless its action runs on the controller only, it is delegated
-    to localhost, or it was skipped.
+    to localhost, its action plugin answered without the host (C(reused), gpu_info's
+    C(reuse=run)), or it was skipped.
   - With O(recap_file) set, it also writes Ansible's recap and these counts, per host, as
     JSON to that file (the pull wrapper of roles/gpuprov_pull reports a run from it).
 requirements:
@@ -82,7 +83,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         task = result._task
         if skipped:
             self.skipped[host] += 1
-        elif is_remote(task.action, task.delegate_to):
+        elif is_remote(task.action, task.delegate_to) and result._result.get("reused") is not True:
             # A looped task reports each item and then the whole; count the items that ran.
             items = result._result.get("results")
             if isinstance(items, list) and task.loop:

@@ -21,7 +21,12 @@ description:
     C(compute_capability=null); the C(gpu_info) action plugin on the controller then fills in
     name, compute capability and architecture from the gpuprov compat matrix (the compat
     package is not needed on the managed host). An ID the matrix does not know stays unknown.
-  - Results are returned as the C(gpu_info) fact.
+  - Results are returned as the C(gpu_info) fact, stamped with the run that made them (the
+    C(gpu_info_scan) fact).
+  - C(reuse=run), an argument of the action plugin (not sent to the host), answers with this
+    run's last scan of the host made with the same arguments, and scans only where there is
+    none; C(reuse=never) (the default) always scans. gpuprov's roles reuse within a run (the
+    validate and plan plays scan first, and the driver role scans again after changing anything).
   - Read-only; runs the same in check mode.
 version_added: "0.1.0"
 author:
@@ -61,6 +66,10 @@ EXAMPLES = r"""
 - name: Gather GPU facts from the lab's simulated PCI tree
   gpu_info:
     sysfs_root: /opt/gpuprov-sim/sys
+
+- name: The GPUs as this run last saw them (scan only where it has not yet)
+  gpu_info:
+    reuse: run
 
 - name: Show the GPUs
   ansible.builtin.debug:

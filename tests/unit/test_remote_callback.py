@@ -42,6 +42,13 @@ PLAYBOOK = """
       ansible.builtin.command: "true"
       changed_when: false
       delegate_to: localhost
+    - name: A scan (one module run)
+      gpu_info:
+        sysfs_root: /nonexistent
+    - name: This run's scan again (the action plugin answers, no module run)
+      gpu_info:
+        sysfs_root: /nonexistent
+        reuse: run
 """
 
 
@@ -51,10 +58,11 @@ def test_counts_per_host(tmp_path: Path) -> None:
     proc = run_local_play(book, tmp_path)
     assert not (tmp_path / "recap.json").exists()
     lines = dict(re.findall(r"^(h[12]): (remote=.*)$", proc.stdout, re.M))
-    # h1: command, two loop items; h2: command, the loop skipped whole. Delegated: controller.
+    # h1: command, two loop items, a scan; h2: command, a scan, the loop skipped whole.
+    # Delegated and reused: controller.
     assert lines == {
-        "h1": "remote=3 controller-only=3 skipped=1",
-        "h2": "remote=1 controller-only=3 skipped=2",
+        "h1": "remote=4 controller-only=4 skipped=1",
+        "h2": "remote=2 controller-only=4 skipped=2",
     }, proc.stdout
 
 
@@ -74,6 +82,6 @@ def test_recap_file_holds_the_recap_and_the_counts(tmp_path: Path) -> None:
     got = json.loads(recap.read_text())
     assert sorted(got) == ["h1", "h2"]
     assert (got["h1"]["failures"], got["h2"]["failures"]) == (0, 1)
-    assert (got["h1"]["remote"], got["h2"]["remote"]) == (3, 2)
+    assert (got["h1"]["remote"], got["h2"]["remote"]) == (4, 3)
     assert (got["h1"]["skipped"], got["h2"]["skipped"]) == (2, 2)
     assert got["h2"]["changed"] == 0
