@@ -294,6 +294,42 @@ def test_torchserve_probe_fails_when_the_model_is_not_registered(
     assert (doc["ok"], doc["registered"], doc["inference"]["ok"]) == (False, False, True)
 
 
+def test_torchserve_probe_registers_a_model_torchserve_no_longer_lists(
+    servers: Callable[..., Server], sample: Path, key_file: Path
+) -> None:
+    """The repair verify.yml's own tasks did before (a wait for the key file, its slurp, the
+    list and the POST: four module runs on every run), now inside the one probe run."""
+    inference, management = torchserve(servers, [], [[0.5, -0.25]])
+    registered = {"status": 'Model "tiny" Version: 1.0 registered with 1 initial workers'}
+    management.routes[("POST", "/models")] = bearer(KEYS["management"]["key"], (200, registered))
+    rc, doc = probe_torchserve(inference, management, sample, key_file)
+    assert rc == 0, doc
+    assert (doc["ok"], doc["registered"], doc["inference"]["ok"]) == (True, True, True)
+    assert doc["registered_now"] == f"register tiny: HTTP 200: {registered}"
+    assert [(m, p) for m, p, _ in management.seen][:2] == [
+        ("GET", "/models"),
+        ("POST", "/models?url=tiny.mar&model_name=tiny&initial_workers=1&synchronous=true"),
+    ]
+
+
+def test_torchserve_probe_waits_for_a_key_file_written_late(
+    servers: Callable[..., Server], sample: Path, tmp_path: Path
+) -> None:
+    """TorchServe writes key_file.json after it starts: the probe waits for it (--timeout)."""
+    inference, management = torchserve(servers, ["tiny"], [[0.5, -0.25]])
+    late = tmp_path / "late" / "key_file.json"
+    late.parent.mkdir()
+    timer = threading.Timer(1.5, lambda: late.write_text(json.dumps(KEYS)))
+    timer.start()
+    try:
+        rc, doc = probe_torchserve(inference, management, sample, late)
+    finally:
+        timer.cancel()
+    assert rc == 0, doc
+    assert doc["ready_s"] >= 1.0
+    assert "registered_now" not in doc
+
+
 # ---------------------------------------------------------------------------
 # ts_register.py
 

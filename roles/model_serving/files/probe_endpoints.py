@@ -114,19 +114,24 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
         got = body.get("outputs") if isinstance(body, dict) else None
         out["auth"] = "bearer token" if token else "none"
     elif a.stack == "torchserve":
-        keys = json.loads(Path(a.key_file).read_text(encoding="utf-8")) if a.key_file else {}
-        inf = {"Authorization": f"Bearer {keys['inference']['key']}"} if keys else {}
-        mgmt = {"Authorization": f"Bearer {keys['management']['key']}"} if keys else {}
+        # ts_register.py lies beside this script (the role copies both): the wait for the key
+        # file and /ping, and the registration of a model TorchServe no longer lists (a
+        # repair, reported as registered_now), are the ones the unit's ExecStartPost runs.
+        import ts_register
+
         out["health_url"] = f"{base}/ping"
-        out["ready_s"] = round(
-            wait_until(lambda: http("GET", f"{base}/ping", None, inf)[0] == 200, a.timeout), 2
-        )
+        start = time.monotonic()
+        keys = ts_register.wait_ready(a.host, a.port, a.key_file, a.timeout)
+        out["ready_s"] = round(time.monotonic() - start, 2)
+        inf = {"Authorization": f"Bearer {keys['inference']['key']}"} if keys else {}
+        mkey = keys["management"]["key"] if keys else ""
         mbase = f"http://{a.host}:{a.management_port}"
-        code, models = http("GET", f"{mbase}/models", None, mgmt)
-        names = (
-            [m.get("modelName") for m in (models or {}).get("models", [])] if code == 200 else []
+        registered, now, said = ts_register.ensure_registered(
+            a.host, a.management_port, a.model, mkey, a.timeout
         )
-        out["registered"] = a.model in names
+        out["registered"] = registered
+        if now:
+            out["registered_now"] = said
         noauth = http("GET", f"{mbase}/models")[0]
         out["auth"] = (
             "token"

@@ -34,6 +34,42 @@ def call(method: str, url: str, key: str, timeout: float = 10) -> tuple[int, Any
         return exc.code, exc.read().decode(errors="replace")
 
 
+def wait_ready(host: str, inference_port: int, key_file: str, timeout: float) -> dict[str, Any]:
+    """TorchServe's API keys (from ``key_file``; {} without one) once /ping answers 200 with
+    them. TimeoutError after ``timeout`` seconds (the key file may be written late)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            keys: dict[str, Any] = (
+                json.loads(Path(key_file).read_text(encoding="utf-8")) if key_file else {}
+            )
+            inf = keys.get("inference", {}).get("key", "")
+            if call("GET", f"http://{host}:{inference_port}/ping", inf)[0] == 200:
+                return keys
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"TorchServe not ready after {timeout:.0f}s")
+        time.sleep(1)
+
+
+def ensure_registered(
+    host: str, port: int, model: str, key: str, timeout: float
+) -> tuple[bool, bool, str]:
+    """Register ``model`` from the model store when GET /models does not list it. Returns
+    (registered: listed or registered now, registered_now, what was done)."""
+    base = f"http://{host}:{port}"
+    code, listed = call("GET", f"{base}/models", key)
+    names = (
+        [m.get("modelName") for m in listed.get("models", [])] if isinstance(listed, dict) else []
+    )
+    if code == 200 and model in names:
+        return True, False, f"{model} is registered"
+    url = f"{base}/models?url={model}.mar&model_name={model}&initial_workers=1&synchronous=true"
+    code, body = call("POST", url, key, timeout=timeout)
+    return code == 200, code == 200, f"register {model}: HTTP {code}: {body}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
@@ -43,34 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--key-file", default="")
     p.add_argument("--timeout", type=float, default=180)
     a = p.parse_args(argv)
-    deadline = time.monotonic() + a.timeout
-    keys: dict[str, Any] = {}
-    while True:
-        try:
-            if a.key_file:
-                keys = json.loads(Path(a.key_file).read_text(encoding="utf-8"))
-            inf = keys.get("inference", {}).get("key", "")
-            if call("GET", f"http://{a.host}:{a.inference_port}/ping", inf)[0] == 200:
-                break
-        except (OSError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            print(f"TorchServe not ready after {a.timeout:.0f}s", file=sys.stderr)
-            return 1
-        time.sleep(1)
+    try:
+        keys = wait_ready(a.host, a.inference_port, a.key_file, a.timeout)
+    except TimeoutError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     mkey = keys.get("management", {}).get("key", "")
-    base = f"http://{a.host}:{a.port}"
-    code, listed = call("GET", f"{base}/models", mkey)
-    names = (
-        [m.get("modelName") for m in listed.get("models", [])] if isinstance(listed, dict) else []
-    )
-    if code == 200 and a.model in names:
-        print(f"{a.model} is registered")
-        return 0
-    url = f"{base}/models?url={a.model}.mar&model_name={a.model}&initial_workers=1&synchronous=true"
-    code, body = call("POST", url, mkey, timeout=a.timeout)
-    print(f"register {a.model}: HTTP {code}: {body}")
-    return 0 if code == 200 else 1
+    registered, _, said = ensure_registered(a.host, a.port, a.model, mkey, a.timeout)
+    print(said)
+    return 0 if registered else 1
 
 
 if __name__ == "__main__":
