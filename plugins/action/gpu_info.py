@@ -9,9 +9,10 @@ report it, e.g. R470's nvidia-smi) and architecture. A PCI ID the matrix does no
 left as name "unknown" and compute_capability null: never guessed upward.
 
 ``reuse: run`` (an argument of this plugin, not of the module): answer with this run's last
-scan of the host, made with the same arguments, instead of scanning again. Each scan is
-stamped with the run that made it (the fact ``gpu_info_scan``: the ansible-playbook process
-and its start time); a stamp of another run, or none, means a scan. The roles' preflights ask
+scan of the host, made with the same arguments as the same user, instead of scanning again.
+Each scan is stamped with the run that made it (the fact ``gpu_info_scan``: the
+ansible-playbook process and its start time), its arguments and its user; a stamp of another
+run, or none, means a scan. The roles' preflights ask
 for it: the validate and plan plays scanned moments before, and the driver role scans again
 after it changes anything (roles/nvidia_driver/tasks/converge.yml).
 """
@@ -121,13 +122,13 @@ def run_id(proc: Path = Path("/proc")) -> str | None:
     return f"{parent}:{fields[19]}" if len(fields) > 19 else None
 
 
-def reusable(facts: dict[str, Any], run: str | None, args: dict[str, Any]) -> dict[str, Any] | None:
-    """This run's last scan with the same module arguments, from the host's facts, or None."""
-    stamp = facts.get("gpu_info_scan")
+def reusable(facts: dict[str, Any], stamp: dict[str, Any]) -> dict[str, Any] | None:
+    """The host's last scan (its facts) when it carries ``stamp``: made in this run, with the
+    same module arguments, as the same user. Else None (also when the run is unknown)."""
     scan = facts.get("gpu_info")
-    if run is None or not isinstance(stamp, dict) or not isinstance(scan, dict):
+    if stamp.get("run") is None or not isinstance(scan, dict):
         return None
-    return scan if stamp == {"run": run, "args": args} else None
+    return scan if facts.get("gpu_info_scan") == stamp else None
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no type hints
@@ -142,11 +143,15 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
         reuse = str(args.pop("reuse", "never"))
         if reuse not in REUSE:
             raise AnsibleActionFail(f"gpu_info: reuse is {reuse!r}; one of {', '.join(REUSE)}")
-        run = run_id()
+        # The user the module runs as is part of what it sees: NVML and nvidia-smi may answer
+        # root only (the device files' mode), /proc/1/environ is root's (validate and plan
+        # scan without become, the roles with it).
+        pc = self._play_context
+        user = (pc.become_user or "root") if pc.become else (pc.remote_user or "")
+        stamp = {"run": run_id(), "args": args, "user": user}
         if reuse == "run":
-            scan = reusable((task_vars or {}).get("ansible_facts", {}), run, args)
+            scan = reusable((task_vars or {}).get("ansible_facts", {}), stamp)
             if scan is not None:
-                stamp = {"run": run, "args": args}
                 result.update(
                     changed=False,
                     reused=True,
@@ -164,8 +169,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
         facts = result.get("ansible_facts", {}).get("gpu_info")
         if facts is None:
             return result
-        if run is not None:
-            result["ansible_facts"]["gpu_info_scan"] = {"run": run, "args": args}
+        if stamp["run"] is not None:
+            result["ansible_facts"]["gpu_info_scan"] = stamp
         try:
             matrix = load_matrix()
         except Exception as exc:  # report, keep the host's own answer

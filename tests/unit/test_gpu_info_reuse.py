@@ -36,14 +36,22 @@ def test_run_id_is_the_parent_and_its_start_time(tmp_path: Path) -> None:
     assert gpu_info_action.run_id(tmp_path / "none") is None
 
 
-def test_only_a_scan_of_this_run_with_the_same_arguments_is_reused() -> None:
+def test_only_a_scan_of_this_run_with_the_same_arguments_and_user_is_reused() -> None:
     scan = {"gpus": [], "source": "pci"}
-    facts = {"gpu_info": scan, "gpu_info_scan": {"run": "7:1", "args": {"sysfs_root": "/sys"}}}
-    assert gpu_info_action.reusable(facts, "7:1", {"sysfs_root": "/sys"}) == scan
-    assert gpu_info_action.reusable(facts, "7:2", {"sysfs_root": "/sys"}) is None
-    assert gpu_info_action.reusable(facts, "7:1", {"sysfs_root": "/other"}) is None
-    assert gpu_info_action.reusable(facts, None, {"sysfs_root": "/sys"}) is None
-    assert gpu_info_action.reusable({"gpu_info": scan}, "7:1", {"sysfs_root": "/sys"}) is None
+    stamp = {"run": "7:1", "args": {"sysfs_root": "/sys"}, "user": "root"}
+    facts = {"gpu_info": scan, "gpu_info_scan": stamp}
+    assert gpu_info_action.reusable(facts, dict(stamp)) == scan
+    assert gpu_info_action.reusable(facts, {**stamp, "run": "7:2"}) is None
+    assert gpu_info_action.reusable(facts, {**stamp, "args": {"sysfs_root": "/other"}}) is None
+    # validate and plan scan without become; a root-only NVML answers the roles, which become
+    assert gpu_info_action.reusable(facts, {**stamp, "user": "deploy"}) is None
+    assert (
+        gpu_info_action.reusable(
+            {**facts, "gpu_info_scan": {**stamp, "run": None}}, {**stamp, "run": None}
+        )
+        is None
+    )
+    assert gpu_info_action.reusable({"gpu_info": scan}, stamp) is None
 
 
 def _scan(name: str, sysfs: Path, reuse: str) -> dict[str, Any]:

@@ -292,6 +292,9 @@ def test_torchserve_probe_fails_when_the_model_is_not_registered(
     rc, doc = probe_torchserve(inference, management, sample, key_file)
     assert rc == 1
     assert (doc["ok"], doc["registered"], doc["inference"]["ok"]) == (False, False, True)
+    # the registration it tried failed: its answer says why (this fake has no POST route)
+    assert doc["error"].startswith("register tiny: HTTP 404"), doc
+    assert "registered_now" not in doc
 
 
 def test_torchserve_probe_registers_a_model_torchserve_no_longer_lists(

@@ -132,6 +132,8 @@ def probe(a: argparse.Namespace) -> dict[str, Any]:
         out["registered"] = registered
         if now:
             out["registered_now"] = said
+        elif not registered:
+            out["error"] = said  # the management API's answer: why the model is not served
         noauth = http("GET", f"{mbase}/models")[0]
         out["auth"] = (
             "token"
