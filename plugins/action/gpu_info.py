@@ -12,9 +12,9 @@ left as name "unknown" and compute_capability null: never guessed upward.
 scan of the host, made with the same arguments as the same user, instead of scanning again.
 Each scan is stamped with the run that made it (the fact ``gpu_info_scan``: the
 ansible-playbook process and its start time), its arguments and its user; a stamp of another
-run, or none, means a scan. The roles' preflights ask
-for it: the validate and plan plays scanned moments before, and the driver role scans again
-after it changes anything (roles/nvidia_driver/tasks/converge.yml).
+run, or none, means a scan. The roles' preflights ask for it: the validate and plan plays
+scanned moments before, and the driver role scans again after it changes anything
+(roles/nvidia_driver/tasks/converge.yml).
 """
 
 from __future__ import annotations
