@@ -7,11 +7,12 @@
                [--image IMAGE] [--python PY] [--no-torch REASON] [--gpu 'NAME=X.Y' ...]
                [--out FILE]
 
-Each layer runs as its own script in a subprocess (with --python, e.g. the pytorch
-role's venv, for the torch layers), so one crashing layer cannot take the others
-down; a crash becomes that layer's fail verdict. L5 needs all hosts of a group at
-once, so the gpu_smoke role runs l5_distributed.py separately; run_all.py includes it
-only when asked with --layers ...,L5 (a one-host run, --nnodes 1).
+Each layer runs in a process of its own, so one crashing layer cannot take the others
+down; a crash becomes that layer's fail verdict. L0-L2 and L5 each run their script in a
+subprocess; L3, PERF, L4 and L6 run under --python (e.g. the pytorch role's venv), in
+children that one layer_host.py process forks after importing torch once. L5 needs all
+hosts of a group at once, so the gpu_smoke role runs l5_distributed.py separately;
+run_all.py includes it only when asked with --layers ...,L5 (a one-host run, --nnodes 1).
 
 --no-torch REASON (a host without a PyTorch environment) reports the torch layers
 (L3, PERF, L4, L5) skipped with REASON instead of running them.
@@ -55,6 +56,9 @@ NAMES = {
     "L6": "export",
 }
 TORCH_LAYERS = ("L3", "PERF", "L4", "L5", "L6")
+# The torch layers that run in the torch interpreter's own process, sharing its one import of
+# torch (layer_host.py). L5 starts torchrun, whose workers import torch themselves.
+SHARED_LAYERS = ("L3", "PERF", "L4", "L6")
 
 
 def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
@@ -86,45 +90,114 @@ def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
     return sysfs
 
 
-def run_layer(layer: str, python: str, args: list[str], timeout: float) -> dict[str, Any]:
-    started = time.monotonic()
-    cmd = [python, str(HERE / SCRIPTS[layer]), *args]
+def judge_output(
+    layer: str, rc: int, stdout: str, stderr: str, cmd: list[str], started: float
+) -> dict[str, Any]:
+    """The layer's verdict from what its process printed; a crash is its fail verdict."""
     try:
-        proc = sl.run(cmd, timeout)
-    except subprocess.TimeoutExpired:
-        return sl.verdict(
-            layer,
-            NAMES[layer],
-            sl.FAIL,
-            f"{SCRIPTS[layer]} ran over {timeout:.0f}s",
-            {"command": cmd},
-            None,
-            started,
-        )
-    except OSError as exc:
-        return sl.verdict(
-            layer,
-            NAMES[layer],
-            sl.FAIL,
-            f"cannot run {python}: {exc}",
-            {"command": cmd},
-            None,
-            started,
-        )
-    try:
-        v: dict[str, Any] = json.loads(proc.stdout)
+        v: dict[str, Any] = json.loads(stdout)
     except json.JSONDecodeError:
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        tail = " | ".join((stdout + stderr).strip().splitlines()[-3:])
         return sl.verdict(
             layer,
             NAMES[layer],
             sl.FAIL,
-            f"{SCRIPTS[layer]} crashed (exit {proc.returncode}): {tail[-400:]}",
+            f"{SCRIPTS[layer]} crashed (exit {rc}): {tail[-400:]}",
             {"command": cmd},
             None,
             started,
         )
     return v
+
+
+def ran_over(
+    layer: str, cmd: list[str], timeout: float, started: float, script: str = ""
+) -> dict[str, Any]:
+    return sl.verdict(
+        layer,
+        NAMES[layer],
+        sl.FAIL,
+        f"{script or SCRIPTS[layer]} ran over {timeout:.0f}s",
+        {"command": cmd},
+        None,
+        started,
+    )
+
+
+def cannot_run(
+    layer: str, python: str, exc: OSError, cmd: list[str], started: float
+) -> dict[str, Any]:
+    return sl.verdict(
+        layer, NAMES[layer], sl.FAIL, f"cannot run {python}: {exc}", {"command": cmd}, None, started
+    )
+
+
+def run_layer(layer: str, python: str, args: list[str], timeout: float) -> dict[str, Any]:
+    """One layer in its own interpreter."""
+    started = time.monotonic()
+    cmd = [python, str(HERE / SCRIPTS[layer]), *args]
+    try:
+        proc = sl.run(cmd, timeout)
+    except subprocess.TimeoutExpired:
+        return ran_over(layer, cmd, timeout, started)
+    except OSError as exc:
+        return cannot_run(layer, python, exc, cmd, started)
+    return judge_output(layer, proc.returncode, proc.stdout, proc.stderr, cmd, started)
+
+
+def parse_shared(stdout: str, layers: list[str]) -> list[dict[str, Any]] | None:
+    """layer_host.py's results, one per layer in order; None when it printed anything else."""
+    try:
+        results: list[dict[str, Any]] = json.loads(stdout)
+    except ValueError:
+        return None
+    ok = isinstance(results, list) and all(isinstance(r, dict) for r in results)
+    if not ok or [r.get("layer") for r in results] != layers:
+        return None
+    return results
+
+
+def run_shared(
+    jobs: list[tuple[str, list[str]]], python: str, timeout: float
+) -> list[dict[str, Any]]:
+    """Several layers under one interpreter of ``python`` that imports torch once
+    (layer_host.py), each still in a process of its own: the verdicts of ``jobs`` (layer,
+    args), in order, as run_layer would give them."""
+    started = time.monotonic()
+    spec = [{"layer": lay, "module": Path(SCRIPTS[lay]).stem, "argv": args} for lay, args in jobs]
+    cmd = [python, str(HERE / "layer_host.py"), "--timeout", f"{timeout:g}", json.dumps(spec)]
+    # Each layer has its own timeout in layer_host.py; this one catches layer_host itself.
+    overall = timeout * len(jobs) + 60
+    try:
+        proc = sl.run(cmd, overall)
+    except subprocess.TimeoutExpired:
+        return [ran_over(lay, cmd, overall, started, "layer_host.py") for lay, _ in jobs]
+    except OSError as exc:
+        return [cannot_run(lay, python, exc, cmd, started) for lay, _ in jobs]
+    results = parse_shared(proc.stdout, [lay for lay, _ in jobs])
+    if results is None:
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        return [
+            sl.verdict(
+                lay,
+                NAMES[lay],
+                sl.FAIL,
+                f"layer_host.py crashed (exit {proc.returncode}): {tail[-400:]}",
+                {"command": cmd},
+                None,
+                started,
+            )
+            for lay, _ in jobs
+        ]
+    verdicts = []
+    for (lay, args), r in zip(jobs, results, strict=True):
+        layer_cmd = [python, str(HERE / SCRIPTS[lay]), *args]
+        began = time.monotonic() - float(r.get("seconds", 0))
+        if r["timed_out"]:
+            verdicts.append(ran_over(lay, layer_cmd, timeout, began))
+        else:
+            verdicts.append(judge_output(lay, r["rc"], r["stdout"], r["stderr"], layer_cmd, began))
+    return verdicts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,13 +239,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown layer(s) {', '.join(unknown)}; known: {', '.join(SCRIPTS)}")
     required = [x.strip().upper() for x in a.required.split(",") if x.strip()]
-    verdicts = []
+    by_layer: dict[str, dict[str, Any]] = {}
+    shared = list(dict.fromkeys(x for x in layers if x in SHARED_LAYERS and not a.no_torch))
     for layer in layers:
         if a.no_torch and layer in TORCH_LAYERS:
-            verdicts.append(sl.verdict(layer, NAMES[layer], sl.SKIPPED, a.no_torch))
-            continue
-        python = a.python if layer in TORCH_LAYERS else sys.executable
-        verdicts.append(run_layer(layer, python, layer_args(layer, a), a.layer_timeout))
+            by_layer[layer] = sl.verdict(layer, NAMES[layer], sl.SKIPPED, a.no_torch)
+        elif layer in shared:
+            if layer == shared[0]:
+                jobs = [(x, layer_args(x, a)) for x in shared]
+                by_layer.update(
+                    zip(shared, run_shared(jobs, a.python, a.layer_timeout), strict=True)
+                )
+        else:
+            python = a.python if layer in TORCH_LAYERS else sys.executable
+            by_layer[layer] = run_layer(layer, python, layer_args(layer, a), a.layer_timeout)
+    verdicts = [by_layer[x] for x in layers]
     summary = sl.summarize(verdicts, required, a.allow_cpu)
     report = {
         "host": socket.gethostname(),
