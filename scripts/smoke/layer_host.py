@@ -32,7 +32,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 POLL_S = 0.02
@@ -127,7 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         isinstance(j, dict) and j.get("layer") and j.get("module") for j in jobs
     ):
         parser.error("JOBS: not a list of objects with layer and module")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     preload()
     results = [run_job(job, a.timeout) for job in jobs]
     sys.stdout.write(json.dumps(results) + "\n")
