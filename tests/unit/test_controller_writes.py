@@ -34,12 +34,22 @@ def controller_writes(tasks: Any) -> list[dict[str, Any]]:
     return found
 
 
-def test_the_scan_finds_the_known_report_writes() -> None:
+def test_the_scan_finds_the_known_controller_writes() -> None:
     names = {t["name"] for f in FILES for t in controller_writes(yaml.safe_load(f.read_text()))}
     # roles/gpuprov_report writes every <kind>/<host>.json report (plan, smoke, jupyterlab,
-    # storage, serving) with its action plugin (test below); gpu_monitoring writes its
-    # scrape config itself.
-    assert "scrape | Write the Prometheus scrape config of the fleet" in names
+    # storage, serving) and gpu_monitoring its scrape config and dashboard with the
+    # controller-only action (tests below); the bundle role removes its archive.
+    assert "Install | Remove the archive from the controller" in names
+
+
+def test_gpu_monitoring_writes_its_controller_files_with_the_action() -> None:
+    """The scrape config and the dashboard: no module run (a delegated file and two copies
+    were three on the controller per run), written under --check too, once per play."""
+    tasks = yaml.safe_load((ROOT / "roles" / "gpu_monitoring" / "tasks" / "scrape.yml").read_text())
+    assert [sorted(set(t) - {"name"}) for t in tasks] == [
+        ["check_mode", "gpuprov_report_write", "run_once"]
+    ] * 2
+    assert all(t["check_mode"] is False and t["run_once"] is True for t in tasks)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
