@@ -18,8 +18,10 @@ short_description: One digest of what a role's result depends on
 description:
   - Hashes the role's variables (names and values, secrets included; only the digest leaves
     the controller; the controller's report directories, C(*_report_dir) and
-    C(*_report_root), and how playbooks/driver.yml rolls a change out, C(gpuprov_driver_*)
-    and C(nvidia_driver_defer_changes), left out), the host facts the role reads, every file
+    C(*_report_root), how playbooks/driver.yml rolls a change out, C(gpuprov_driver_*)
+    and C(nvidia_driver_defer_changes), and what playbooks/plan.yml sets (C(gpuprov_plan),
+    which the roles that read it pass in O(facts), and C(nvidia_driver_packaged_*)), left
+    out), the host facts the role reads, every file
     of the role (tasks, templates, files, defaults, vars) and every file of gpuprov's
     plugins, scripts and compat package (the smoke layers, the export check and the fatbin
     reader that roles copy; the data). A change to any of them makes the role's next probe
@@ -74,9 +76,23 @@ CONTROLLER_ONLY = ("_report_dir", "_report_root")
 ROLLOUT_ONLY = ("gpuprov_driver_", "nvidia_driver_defer_changes")
 
 
+# What playbooks/plan.yml sets (the plan, and the driver branches the OS packages, which only
+# the planner reads) is no variable input: the roles that read the plan pass it with their
+# facts ('plan'), the same whether this run planned or the role took it from the
+# controller's plan report (roles/gpuprov_report, entry point plan) when its playbook ran
+# alone; a role that does not read the plan is not re-run when it changes.
+PLAN_FACTS = frozenset(
+    {"gpuprov_plan", "nvidia_driver_packaged_branches", "nvidia_driver_packaged_os"}
+)
+
+
 def is_input(name: str) -> bool:
     """Whether a variable of a role's state_vars is an input of what the role does on a host."""
-    return not name.endswith(CONTROLLER_ONLY) and not name.startswith(ROLLOUT_ONLY)
+    return (
+        not name.endswith(CONTROLLER_ONLY)
+        and not name.startswith(ROLLOUT_ONLY)
+        and name not in PLAN_FACTS
+    )
 
 
 def plain(value: Any) -> Any:

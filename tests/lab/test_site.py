@@ -423,6 +423,47 @@ def test_site_second_run_changes_nothing(
     shared_runs.keep(site_runs, shared_runs.NOOP, proc.stdout, doc, (Path(lab.reports), copy))
 
 
+# The playbooks of the roles that read the plan (tests/unit/test_plan_inputs.py), run alone.
+ALONE = tuple(
+    f"playbooks/{name}.yml" for name in ("driver", "pytorch", "jupyterlab", "monitoring", "serving")
+)
+
+
+def roles_that_differ(doc: dict[str, Any]) -> list[str]:
+    """host: role: what its state probe said differs, for every probe that found a difference."""
+    found = []
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            if not task["task"]["name"].endswith("State | Say what differs"):
+                continue
+            for host, result in task["hosts"].items():
+                if not result.get("skipped"):
+                    found.append(f"{host}: {task['task']['name']}: {result.get('msg')}")
+    return found
+
+
+def test_component_playbooks_alone_find_their_roles_converged(
+    lab: Lab,
+    monkeypatch: pytest.MonkeyPatch,
+    converged: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each playbook also runs alone (site.yml's header): after site.yml, the playbooks of the
+    roles that read the plan, without plan.yml in the run, take the plan plan.yml last wrote
+    and find every role converged (no change phase runs; the next site.yml, the check-mode
+    run below, finds them converged too). Before, each such run converged its role again and
+    recorded inputs the next site.yml did not match."""
+    if not converged:
+        pytest.skip("site.yml did not converge")
+    proc, seconds = run_playbook(lab, monkeypatch, *ALONE, callback=JSON_CALLBACK)
+    report_time(capsys, "the plan readers' playbooks alone (no-op)", seconds)
+    doc = parse_json_output(proc.stdout)
+    assert proc.returncode == 0, "\n".join(failed_results(doc))
+    assert roles_that_differ(doc) == []
+    for host, stats in doc["stats"].items():
+        assert stats["changed"] == 0, (host, changed_tasks(doc, host))
+
+
 def test_check_mode_on_the_converged_lab_changes_nothing(
     lab: Lab,
     monkeypatch: pytest.MonkeyPatch,
@@ -445,6 +486,7 @@ def test_check_mode_on_the_converged_lab_changes_nothing(
         assert stats["failures"] == 0, (name, failed_results(doc))
         assert stats["changed"] == 0, (name, changed_tasks(doc, name))
     assert sorted(doc["stats"]) == sorted(lab.groups["lab"])
+    assert roles_that_differ(doc) == []
     shared_runs.keep(site_runs, shared_runs.CHECK, proc.stdout, doc)
 
 

@@ -553,3 +553,22 @@ def test_mixed_key_types_digest(role_path: Path) -> None:
     """Some variables map ints and strings alike (gpu_monitoring_dcgm_tags: 550 and "default")."""
     values = {**VALUES, "demo_tags": {550: "a", "default": "b"}}
     assert _digest(values, role_path, FACTS) != _digest(VALUES, role_path, FACTS)
+
+
+@pytest.mark.parametrize(
+    "planned",
+    [
+        {"gpuprov_plan": {"torch": "2.5.1", "driver": {"branch": 550}}},
+        {"nvidia_driver_packaged_branches": [535, 550], "nvidia_driver_packaged_os": "debian12"},
+    ],
+    ids=["plan", "packaged-branches"],
+)
+def test_what_plan_yml_sets_is_no_variable_input(role_path: Path, planned: dict[str, Any]) -> None:
+    """A playbook run alone (no plan.yml in the run) has none of these facts; site.yml has
+    them: the same role on the same host must get the same digest from both (the roles that
+    read the plan pass it with their facts, below)."""
+    assert _digest({**VALUES, **planned}, role_path, FACTS) == _digest(VALUES, role_path, FACTS)
+    plan = {"torch": "2.5.1"}
+    with_plan = _digest(VALUES, role_path, {**FACTS, "plan": plan})
+    assert with_plan != _digest(VALUES, role_path, {**FACTS, "plan": {"torch": "2.6.0"}})
+    assert with_plan != _digest(VALUES, role_path, FACTS)

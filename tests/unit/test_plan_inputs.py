@@ -1,0 +1,85 @@
+"""The roles that read the plan (gpuprov_plan) take it the same way whether playbooks/plan.yml
+ran in the same run (site.yml) or not (the role's playbook alone), and pass it to their state
+probe's inputs: otherwise a converged role runs its change phases again when its playbook
+runs alone, and again at the next site.yml (seen 2026-12-06: serving.yml alone after site.yml
+re-converged model_serving, 21 s instead of 3.5 s).
+
+Read as data from the roles' files; the lab test test_site.py::
+test_component_playbooks_alone_find_their_roles_converged runs it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+# A use of the plan fact (comments left out).
+USE = re.compile(r"^[^#\n]*\bgpuprov_plan\b", re.MULTILINE)
+# gpu_monitoring passes what it reads of the plan in its collector's facts (its inputs hold
+# _gpu_monitoring_facts, which tasks/preflight.yml computes from gpuprov_plan).
+PASSED_AS = {"gpu_monitoring": "_gpu_monitoring_facts"}
+
+
+def plan_readers() -> list[str]:
+    readers = []
+    for role in sorted(p for p in ROLES.iterdir() if (p / "tasks").is_dir()):
+        if role.name == "gpuprov_report":
+            continue  # the plan's loader itself
+        texts = [
+            f.read_text()
+            for sub in ("tasks", "vars", "templates")
+            for f in (role / sub).rglob("*")
+            if f.is_file()
+        ]
+        if any(USE.search(t) for t in texts):
+            readers.append(role.name)
+    return readers
+
+
+def test_the_plan_readers_are_the_ones_expected() -> None:
+    """A new reader must be judged here too (the list is written out, not derived)."""
+    assert plan_readers() == [
+        "gpu_monitoring",
+        "jupyterlab",
+        "model_serving",
+        "nvidia_driver",
+        "pytorch",
+    ]
+
+
+@pytest.mark.parametrize("role", plan_readers())
+def test_a_plan_reader_loads_the_plan_when_the_run_did_not_plan(role: str) -> None:
+    tasks = yaml.safe_load((ROLES / role / "tasks" / "preflight.yml").read_text())
+    loads = [
+        t
+        for t in tasks
+        if (t.get("ansible.builtin.include_role") or {}).get("name") == "gpuprov_report"
+        and t["ansible.builtin.include_role"].get("tasks_from") == "plan"
+    ]
+    assert len(loads) == 1, f"{role}: include gpuprov_report tasks_from plan in preflight.yml"
+    when = loads[0].get("when")
+    conditions = when if isinstance(when, list) else [when]
+    assert any("gpuprov_plan is not defined" in str(c) for c in conditions), when
+    assert "always" in loads[0].get("tags", []) or role == "nvidia_driver", (
+        f"{role}: the probe runs under any --tags; so must the plan's load"
+    )
+
+
+@pytest.mark.parametrize("role", plan_readers())
+def test_a_plan_reader_passes_the_plan_to_its_state_inputs(role: str) -> None:
+    role_vars = yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text())
+    inputs = role_vars[f"_{role}_state_inputs"]
+    expected = PASSED_AS.get(role, "'plan': gpuprov_plan")
+    assert expected in inputs, f"{role}: its state inputs must hold {expected}"
+
+
+def test_the_plan_loader_reads_the_plan_report_plan_yml_writes() -> None:
+    loader = (ROLES / "gpuprov_report" / "tasks" / "plan.yml").read_text()
+    plan_play = (ROLES.parent / "playbooks" / "plan.yml").read_text()
+    assert "gpuprov_report_kind: plan" in plan_play
+    assert 'plan: "{{ gpuprov_plan }}"' in plan_play
+    assert "'/plan/' ~ inventory_hostname ~ '.json'" in loader
+    assert ".get('plan')" in loader
