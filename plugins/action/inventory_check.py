@@ -266,6 +266,11 @@ def check_value(spec: Spec, value: Any) -> str | None:
                 "is not an address; allowed: an IP address or a host name, without a port "
                 f"(the port has its own variable){bare}"
             )
+        if rules.get("regex"):
+            try:
+                re.compile(text)
+            except re.error as exc:
+                return f"is not a regular expression ({exc}); allowed: a Python regular expression"
         if rules.get("fingerprint") and text and not FINGERPRINT_RE.match("".join(text.split())):
             return (
                 "is not an OpenPGP fingerprint; allowed: 40 hex digits (v4 key) or 64 (v6), "
