@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Filters of the gpu_monitoring role (pure; unit-tested in tests/unit/test_gpu_monitoring.py).
 
-gpu_monitoring_facts(plan, smoke, smoke_time)   the facts document the collector reads
+gpu_monitoring_facts(plan, smoke)               the facts document the collector reads
 gpu_monitoring_scrape_config(targets, job)      a Prometheus scrape_configs snippet
 gpu_monitoring_dcgm_tag(branch, tags)           the dcgm-exporter tag for a driver branch
 """
@@ -19,18 +19,16 @@ except ImportError:  # pragma: no cover  (imported without Ansible)
 
 
 def gpu_monitoring_facts(
-    plan: Mapping[str, Any] | None,
-    smoke: Mapping[str, Any] | None,
-    smoke_time: float | None,
-    previous: Mapping[str, Any] | None = None,
+    plan: Mapping[str, Any] | None, smoke: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """What the host's collector turns into metrics: the plan (only .torch, .variant, .cuda,
-    .driver.branch, .ok are read), the smoke verdicts per layer, and when they last changed.
+    .driver.branch, .ok are read) and the smoke verdicts per layer.
 
-    ``previous`` is the facts file now on the host: when the plan and the verdicts are the
-    same, its time is kept, so a re-run that changes nothing rewrites nothing (the smoke
-    report on the controller is rewritten, with a new mtime, at every run)."""
-    out: dict[str, Any] = {"plan": {}, "smoke": {}, "smoke_time": smoke_time}
+    No time in it: the role writes the file only when the plan or the verdicts change, so the
+    collector takes when they last changed from the file's modification time (the smoke
+    report on the controller is rewritten at every run; a time from it would rewrite the
+    file at every run, and keeping an earlier one meant reading the file on the host first)."""
+    out: dict[str, Any] = {"plan": {}, "smoke": {}}
     if plan:
         driver = plan.get("driver") or {}
         out["plan"] = {
@@ -48,8 +46,6 @@ def gpu_monitoring_facts(
                 for v in smoke.get("layers") or []
             ],
         }
-    if previous and previous.get("plan") == out["plan"] and previous.get("smoke") == out["smoke"]:
-        out["smoke_time"] = previous.get("smoke_time")
     return out
 
 

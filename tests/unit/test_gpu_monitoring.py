@@ -9,6 +9,7 @@ process here, without nvidia-smi and without a driver, as on the lab's hosts.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,7 +124,7 @@ def test_facts_document_reads_only_the_plan_fields_it_needs() -> None:
             {"layer": "L1", "status": "fail"},
         ],
     }
-    doc = flt.gpu_monitoring_facts(plan, smoke, 1700000000.5)
+    doc = flt.gpu_monitoring_facts(plan, smoke)
     assert doc == {
         "plan": {
             "driver_branch": 470,
@@ -136,26 +137,26 @@ def test_facts_document_reads_only_the_plan_fields_it_needs() -> None:
             "ok": False,
             "layers": [{"layer": "L0", "status": "pass"}, {"layer": "L1", "status": "fail"}],
         },
-        "smoke_time": 1700000000.5,
     }
-    assert flt.gpu_monitoring_facts(None, None, None) == {
-        "plan": {},
-        "smoke": {},
-        "smoke_time": None,
-    }
+    assert flt.gpu_monitoring_facts(None, None) == {"plan": {}, "smoke": {}}
 
 
-def test_facts_keep_the_time_of_unchanged_verdicts() -> None:
-    """A re-run whose plan and verdicts are the same rewrites nothing (idempotence): the time
-    is when the verdicts last changed, not when the smoke report was last written."""
+def test_facts_hold_no_time_so_a_rerun_with_the_same_verdicts_rewrites_nothing() -> None:
+    """The smoke report on the controller is rewritten (a new time) at every run; the facts
+    document is the same while the plan and the verdicts are, so the file is not rewritten and
+    its modification time is when they last changed (what the collector reports)."""
     plan = {"torch": "2.13.0", "variant": "cpu", "ok": True, "driver": {"branch": 470}}
-    smoke = {"ok": True, "layers": [{"layer": "L0", "status": "pass"}]}
-    first = flt.gpu_monitoring_facts(plan, smoke, 100.0)
-    assert flt.gpu_monitoring_facts(plan, smoke, 200.0, first)["smoke_time"] == 100.0
+    smoke = {
+        "ok": True,
+        "time": "2026-12-06T03:00:00Z",
+        "layers": [{"layer": "L0", "status": "pass"}],
+    }
+    later = {**smoke, "time": "2026-12-06T04:00:00Z"}
+    first = flt.gpu_monitoring_facts(plan, smoke)
+    assert flt.gpu_monitoring_facts(plan, later) == first
     failed = {"ok": False, "layers": [{"layer": "L0", "status": "fail"}]}
-    assert flt.gpu_monitoring_facts(plan, failed, 200.0, first)["smoke_time"] == 200.0
-    other = {**plan, "torch": "2.12.0"}
-    assert flt.gpu_monitoring_facts(other, smoke, 200.0, first)["smoke_time"] == 200.0
+    assert flt.gpu_monitoring_facts(plan, failed) != first
+    assert flt.gpu_monitoring_facts({**plan, "torch": "2.12.0"}, smoke) != first
 
 
 def test_scrape_config_has_one_target_per_host() -> None:
@@ -224,10 +225,10 @@ def test_collector_without_a_driver_writes_an_explicit_no_driver_state(tmp_path:
                         {"layer": "L1", "status": "fail"},
                     ],
                 },
-                1700000000.0,
             )
         )
     )
+    os.utime(facts, (1700000000.0, 1700000000.0))
     out = tmp_path / "textfile"
     out.mkdir()
     proc = subprocess.run(

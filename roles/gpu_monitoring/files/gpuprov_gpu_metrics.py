@@ -197,7 +197,14 @@ def stack_match(planned: Mapping[str, Any], installed: Mapping[str, Any]) -> dic
     return out
 
 
-def facts_metrics(m: Metrics, facts: Mapping[str, Any], installed: Mapping[str, Any]) -> None:
+def facts_metrics(
+    m: Metrics,
+    facts: Mapping[str, Any],
+    installed: Mapping[str, Any],
+    facts_time: float | None = None,
+) -> None:
+    """The plan and the smoke verdicts gpuprov shipped (the facts file), and ``facts_time``,
+    the file's modification time: gpuprov rewrites it only when they change."""
     planned = dict(facts.get("plan") or {})
     if planned:
         m.add(
@@ -243,12 +250,12 @@ def facts_metrics(m: Metrics, facts: Mapping[str, Any], installed: Mapping[str, 
             None,
             "1 when every required layer passed",
         )
-    if facts.get("smoke_time"):
+    if smoke and facts_time:
         m.add(
             "gpuprov_smoke_last_verdict_timestamp_seconds",
-            float(facts["smoke_time"]),
+            float(facts_time),
             None,
-            "When the shipped smoke verdicts last changed (Unix time)",
+            "When the shipped smoke verdicts (or the plan) last changed (Unix time)",
         )
 
 
@@ -305,10 +312,12 @@ def collect(args: argparse.Namespace) -> str:
         xids = parse_xid(out) if rc in (0, 1) else {}
     gpu_metrics(m, rows, xids)
     facts: dict[str, Any] = {}
+    facts_time: float | None = None
     if args.facts and Path(args.facts).exists():
         facts = json.loads(Path(args.facts).read_text(encoding="utf-8"))
+        facts_time = Path(args.facts).stat().st_mtime
     installed = {"driver": drv, **torch_installed(args.venv)}
-    facts_metrics(m, facts, installed)
+    facts_metrics(m, facts, installed, facts_time)
     m.add(
         "gpuprov_collector_last_run_timestamp_seconds",
         time.time(),
