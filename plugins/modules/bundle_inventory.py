@@ -150,7 +150,7 @@ def download_uris(
     by_file = {u["filename"]: u for u in parse_print_uris(out)}
     debs: list[dict[str, Any]] = []
     missing: list[str] = []
-    for package, spec in zip(packages, specs, strict=True):
+    for package, spec in zip(packages, specs):  # specs: one per package, built above
         uri = by_file.get(deb_filename(package))
         if uri:
             debs.append({**package, **uri})

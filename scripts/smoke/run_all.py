@@ -190,7 +190,7 @@ def run_shared(
             for lay, _ in jobs
         ]
     verdicts = []
-    for (lay, args), r in zip(jobs, results, strict=True):
+    for (lay, args), r in zip(jobs, results):  # parse_shared: one result per job, in order
         layer_cmd = [python, str(HERE / SCRIPTS[lay]), *args]
         began = time.monotonic() - float(r.get("seconds", 0))
         if r["timed_out"]:
@@ -247,9 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif layer in shared:
             if layer == shared[0]:
                 jobs = [(x, layer_args(x, a)) for x in shared]
-                by_layer.update(
-                    zip(shared, run_shared(jobs, a.python, a.layer_timeout), strict=True)
-                )
+                by_layer.update(zip(shared, run_shared(jobs, a.python, a.layer_timeout)))
         else:
             python = a.python if layer in TORCH_LAYERS else sys.executable
             by_layer[layer] = run_layer(layer, python, layer_args(layer, a), a.layer_timeout)

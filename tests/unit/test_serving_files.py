@@ -376,3 +376,25 @@ def test_ts_register_gives_up_when_torchserve_never_answers() -> None:
         *("--model", "tiny", "--timeout", "0"),
     )
     assert (rc, out, err) == (1, "", "TorchServe not ready after 0s\n")
+
+
+def test_close_compares_shapes_and_values_on_the_hosts_python() -> None:
+    """probe_endpoints.close: a row or a value too many or too few is not close (it used
+    zip(strict=...), which the hosts' Python 3.9 lacks)."""
+    code = (
+        "import json, probe_endpoints as p\n"
+        "cases = [([[1.0, 2.0]], [[1.0, 2.0]]), ([[1.0, 2.0]], [[1.0]]), ([[1.0], [2.0]], [[1.0]]),"
+        " ([[1.0, 2.5]], [[1.0, 2.0]]), (None, [[1.0]]), ([['x']], [[1.0]])]\n"
+        "print(json.dumps([p.close(g, w, 1e-4, 0.0) for g, w in cases]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(FILES), "PATH": "/usr/bin:/bin"},
+    )
+    got = json.loads(proc.stdout)
+    assert [ok for ok, _ in got] == [True, False, False, False, False, False]
+    assert got[0][1] == 0.0
+    assert got[3][1] == 0.5
