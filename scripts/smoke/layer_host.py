@@ -10,10 +10,12 @@ that interpreter (L3, PERF, L4, L6).
 Each layer still runs in its own process, as when run_all.py started one interpreter per
 layer: a forked child, in its own process group, calls the layer module's main(argv) with its
 stdout and stderr in files. A crash or a hang takes only that child down (after SECONDS its
-whole process group is killed) and the next layer runs. What the children share is what this
-process imported before forking: torch, whose import took 1.7 s of each layer's run on a lab
-host (2026-12-06). This process only imports torch; it initialises no CUDA context, so each
-child initialises its own, as a fresh interpreter would.
+whole process group is killed) and the next layer runs. A child dies with this process
+(Linux PR_SET_PDEATHSIG), and SIGTERM, SIGINT or SIGHUP here kill the running child's group
+first. What the children share is what this process imported before forking: torch, whose
+import took 1.7 s of each layer's run on a lab host (2026-12-06). This process only imports
+torch; it initialises no CUDA context, so each child initialises its own, as a fresh
+interpreter would.
 
 Prints one JSON list, one entry per job: layer, rc (negative: killed by that signal),
 stdout, stderr, timed_out, seconds. Exit 0 when it could run every job, 2 on bad arguments.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -44,20 +47,46 @@ def preload() -> None:
         import torch  # noqa: F401  # imported for the forked children
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when its parent (layer_host) dies, even by SIGKILL,
+    so a layer cannot outlive the run that started it (it sits in a process group of its
+    own, out of reach of a kill aimed at run_all's)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def exit_code(code: object) -> int:
+    """What sys.exit(code) makes the interpreter return: None 0, an int itself, anything
+    else (a message, which Python prints to stderr) 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
 def child(module: str, argv: list[str], out: int, err: int) -> None:
     """In the forked child: run the layer's main(argv) with stdout/stderr in the files; never
     return (os._exit, so nothing of the parent's runs again here)."""
     rc = 1
     try:
         os.setpgid(0, 0)
+        die_with_parent()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(out, 1)
         os.dup2(err, 2)
         sys.argv = [f"{module}.py", *argv]
-        rc = int(importlib.import_module(module).main(argv) or 0)
+        rc = exit_code(importlib.import_module(module).main(argv))
     except SystemExit as exc:  # argparse's exit, or a layer's sys.exit
-        rc = exc.code if isinstance(exc.code, int) else 1
+        rc = exit_code(exc.code)
     except BaseException:  # a crash is this layer's verdict, not ours
         traceback.print_exc()
     finally:
@@ -66,6 +95,19 @@ def child(module: str, argv: list[str], out: int, err: int) -> None:
             sys.stderr.flush()
         finally:
             os._exit(rc)
+
+
+# The layer running now: a signal to layer_host (run_all's timeout, Ctrl-C of gpu-check.sh)
+# ends it with its process group first.
+RUNNING: dict[str, int] = {}
+
+
+def stop(signum: int, _frame: object) -> None:
+    pid = RUNNING.get("pid")
+    if pid:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+    os._exit(128 + signum)
 
 
 def wait(pid: int, timeout: float) -> tuple[int, bool]:
@@ -98,7 +140,15 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
                 out.fileno(),
                 err.fileno(),
             )
-        rc, timed_out = wait(pid, timeout)
+        # The child's group now, whoever of the two runs first: a kill of the group at the
+        # timeout must not miss a child that has not called setpgid yet.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        RUNNING["pid"] = pid
+        try:
+            rc, timed_out = wait(pid, timeout)
+        finally:
+            RUNNING.pop("pid", None)
         texts = []
         for handle in (out, err):
             handle.seek(0)
@@ -126,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         isinstance(j, dict) and j.get("layer") and j.get("module") for j in jobs
     ):
         parser.error("JOBS: not a list of objects with layer and module")
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
     preload()
     results = [run_job(job, a.timeout) for job in jobs]
     sys.stdout.write(json.dumps(results) + "\n")

@@ -10,7 +10,8 @@
 Each layer runs in a process of its own, so one crashing layer cannot take the others
 down; a crash becomes that layer's fail verdict. L0-L2 and L5 each run their script in a
 subprocess; L3, PERF, L4 and L6 run under --python (e.g. the pytorch role's venv), in
-children that one layer_host.py process forks after importing torch once. L5 needs all
+children that one layer_host.py process forks after importing torch once, one after the other
+where the first of them is listed (the report keeps the order asked). L5 needs all
 hosts of a group at once, so the gpu_smoke role runs l5_distributed.py separately;
 run_all.py includes it only when asked with --layers ...,L5 (a one-host run, --nnodes 1).
 
@@ -238,9 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [x for x in layers if x not in SCRIPTS]
     if unknown:
         parser.error(f"unknown layer(s) {', '.join(unknown)}; known: {', '.join(SCRIPTS)}")
+    twice = sorted({x for x in layers if layers.count(x) > 1})
+    if twice:
+        parser.error(f"layer(s) listed twice: {', '.join(twice)}")
     required = [x.strip().upper() for x in a.required.split(",") if x.strip()]
     by_layer: dict[str, dict[str, Any]] = {}
-    shared = list(dict.fromkeys(x for x in layers if x in SHARED_LAYERS and not a.no_torch))
+    shared = [x for x in layers if x in SHARED_LAYERS and not a.no_torch]
     for layer in layers:
         if a.no_torch and layer in TORCH_LAYERS:
             by_layer[layer] = sl.verdict(layer, NAMES[layer], sl.SKIPPED, a.no_torch)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from smoke_modules import SMOKE, smoke
 
 run_all = smoke("run_all")
@@ -59,6 +61,22 @@ import sys
 def main(argv):
     print("bad flag", file=sys.stderr)
     sys.exit(3)
+""",
+    "exit_none": """
+import sys
+def main(argv):
+    sys.exit()
+""",
+    "exit_message": """
+import sys
+def main(argv):
+    sys.exit("cannot go on")
+""",
+    "uses_torch": """
+import json, torch
+def main(argv):
+    print(json.dumps({"torch": torch.__name__}))
+    return 0
 """,
 }
 
@@ -205,3 +223,112 @@ def test_the_gpu_smoke_role_installs_every_script_run_all_runs() -> None:
     role_vars = yaml.safe_load((SMOKE.parents[1] / "roles/gpu_smoke/vars/main.yml").read_text())
     needed = {*run_all.SCRIPTS.values(), "layer_host.py", "smokelib.py", "run_all.py"}
     assert needed <= set(role_vars["_gpu_smoke_scripts"])
+
+
+def test_sys_exit_codes_are_the_interpreters(tmp_path: Path) -> None:
+    script = host_copy(tmp_path)
+    got = run_host(
+        script,
+        [{"layer": "A", "module": "exit_none"}, {"layer": "B", "module": "exit_message"}],
+        timeout=30,
+    )
+    assert (got[0]["rc"], got[0]["stderr"]) == (0, "")
+    assert (got[1]["rc"], got[1]["stderr"]) == (1, "cannot go on\n")
+
+
+def test_torch_is_imported_once_for_all_layers(tmp_path: Path) -> None:
+    """A stand-in torch package that counts its imports: layer_host imports it before the
+    first fork; the layers, each in its own child, find it imported."""
+    script = host_copy(tmp_path)
+    stub = tmp_path / "stub" / "torch"
+    stub.mkdir(parents=True)
+    count = tmp_path / "imports.txt"
+    (stub / "__init__.py").write_text(
+        f"with open({str(count)!r}, 'a') as fh:\n    fh.write('import\\n')\n"
+    )
+    jobs = [{"layer": x, "module": "uses_torch"} for x in ("L3", "PERF", "L4")]
+    proc = subprocess.run(
+        [sys.executable, str(script), "--timeout", "30", json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "stub")},
+    )
+    got = json.loads(proc.stdout)
+    assert [json.loads(r["stdout"]) for r in got] == [{"torch": "torch"}] * 3
+    assert count.read_text() == "import\n"
+
+
+def test_a_killed_layer_host_takes_its_running_layer_with_it(tmp_path: Path) -> None:
+    """SIGTERM (run_all's timeout, Ctrl-C) kills the running layer's group, grandchild too;
+    SIGKILL, which no handler sees, still ends the layer (it dies with its parent)."""
+    script = host_copy(tmp_path)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(script),
+                "--timeout",
+                "300",
+                json.dumps([{"layer": "C", "module": "hang"}]),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        layer = grandchild = 0
+        deadline = time.monotonic() + 30
+        while not (layer and grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            kids = children(proc.pid)
+            layer = kids[0] if kids else 0
+            grand = children(layer) if layer else []
+            grandchild = grand[0] if grand else 0
+        assert layer, "the layer did not start"
+        assert grandchild, "the layer's own child did not start"
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        gone = [pid for pid in (layer, grandchild) if pid]
+        if sig == signal.SIGKILL:
+            gone = [layer]  # its own child is left to the layer's group (it has no parent death)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in gone) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in gone), (sig, gone)
+        if grandchild and alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def test_run_shared_turns_a_layer_that_ran_over_into_its_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run_all's side of a timeout: the layer's own "ran over" verdict, and the next layer's
+    verdict as usual (a stand-in L3 that hangs and a stand-in L4 that passes)."""
+    shutil.copy(SMOKE / "layer_host.py", tmp_path / "layer_host.py")
+    (tmp_path / "l3_cuda.py").write_text("import time\ndef main(argv):\n    time.sleep(300)\n")
+    (tmp_path / "l4_train.py").write_text(
+        "import json\ndef main(argv):\n"
+        "    print(json.dumps({'layer': 'L4', 'status': 'pass', 'reason': 'ok'}))\n"
+        "    return 0\n"
+    )
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    got = run_all.run_shared([("L3", ["--x"]), ("L4", [])], sys.executable, 1)
+    assert got[0]["status"] == "fail"
+    assert got[0]["reason"] == "l3_cuda.py ran over 1s"
+    assert got[0]["details"]["command"][-2:] == [str(tmp_path / "l3_cuda.py"), "--x"]
+    assert 0.9 < got[0]["duration_s"] < 30
+    assert got[1] == {"layer": "L4", "status": "pass", "reason": "ok"}
+
+
+def test_run_all_refuses_a_layer_listed_twice(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run_all.main(["--layers", "L0,L3,L0"])
+    assert exc.value.code == 2
+    assert "layer(s) listed twice: L0" in capsys.readouterr().err
