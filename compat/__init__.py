@@ -65,6 +65,7 @@ __all__ = [
     "plan_host",
     "releases_for_gpu",
     "resolve",
+    "saved_plan",
     "serving_onnx",
     "serving_onnx_runtimes",
     "serving_torchserve",
@@ -334,6 +335,13 @@ def lookup_all(m: Matrix) -> list[dict[str, Any]]:
         {"name": g.name, "compute_capability": ".".join(map(str, g.compute_capability))}
         for g in m.gpus
     ]
+
+
+def saved_plan(report: Any, gpus: Any) -> dict[str, Any]:
+    """The plan a role run without plan.yml may take from the plan report (compat.plan)."""
+    from compat import plan
+
+    return plan.saved_plan(report, gpus)
 
 
 def plan_host(
