@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -148,3 +149,25 @@ def test_a_saved_plan_that_no_longer_holds_is_not_used(
     doc: dict[str, object], gpus: list[dict[str, object]], why: str
 ) -> None:
     assert saved_plan(doc, gpus) == {"plan": None, "why": why}
+
+
+def test_the_loader_sets_no_fact_the_state_digest_would_see() -> None:
+    """A fact only a playbook run alone sets would be an input of every role whose state
+    variables match it (gpuprov_*), and the run alone would re-converge them (seen in the
+    lab 2026-12-06 with a fact of the loader's own)."""
+    import gpuprov_state  # plugins/filter/gpuprov_state.py (on pytest's pythonpath)
+
+    def set_facts(tasks: Any) -> list[str]:
+        names: list[str] = []
+        for task in tasks:
+            names += set_facts(task.get("block") or [])
+            names += list((task.get("ansible.builtin.set_fact") or {}).keys())
+        return names
+
+    facts = [
+        name
+        for path in sorted((ROLES / "gpuprov_report" / "tasks").glob("*.yml"))
+        for name in set_facts(yaml.safe_load(path.read_text()))
+    ]
+    assert sorted(facts) == ["gpuprov_plan", "gpuprov_report_root"]
+    assert [f for f in facts if gpuprov_state.is_input(f)] == []
