@@ -11,6 +11,7 @@ the CLI starts fast. The modules behind it, by concept:
 - :mod:`compat.resolution`: ``resolve`` and ``check``
 - :mod:`compat.install`: how a build is installed (as data)
 - :mod:`compat.plan`: one host's plan (driver-branch policy, pins, packaged branches)
+- :mod:`compat.plan_report`: a plan report read back (what a role run alone may use)
 - :mod:`compat.explainer`: error messages, their causes and fixes
 - :mod:`compat.support`: the support table
 - :mod:`compat.containers`: NGC containers and how sure their GPU floors are
@@ -338,10 +339,10 @@ def lookup_all(m: Matrix) -> list[dict[str, Any]]:
 
 
 def saved_plan(report: Any, gpus: Any) -> dict[str, Any]:
-    """The plan a role run without plan.yml may take from the plan report (compat.plan)."""
-    from compat import plan
+    """The plan a role run without plan.yml may take from the plan report (compat.plan_report)."""
+    from compat import plan_report
 
-    return plan.saved_plan(report, gpus)
+    return plan_report.saved_plan(report, gpus)
 
 
 def plan_host(

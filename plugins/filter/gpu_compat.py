@@ -19,7 +19,7 @@ description:
     branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
     whole C(gpu_info) fact, the packaged branches and the inventory pins;
     C(gpu_compat_saved_plan) the plan of a plan report a role run without plan.yml may use
-    (C(plan), else C(why) not: another schema, no stack, the GPUs changed);
+    (C(plan)), or why it may not (C(why); another schema, no stack, the GPUs changed);
     C(gpu_compat_perf_floors) the performance floors of C(compat/data/perf.yaml) (or of the
     YAML file it is given).
   - Over C(compat/data/{triton,onnx,torchserve}.yaml), as C(gpu-compat serving)
@@ -313,7 +313,7 @@ def gpu_compat_plan(
 
 def gpu_compat_saved_plan(report: Any, gpus: Any) -> dict[str, Any]:
     """{plan, why}: the plan a role run without plan.yml takes from the controller's plan
-    report, checked against this run's GPUs (compat.plan.saved_plan)."""
+    report, checked against this run's GPUs (compat.plan_report.saved_plan)."""
     _require()
     return compat.saved_plan(report, gpus)
 
