@@ -36,13 +36,12 @@ def saved_plan(report: Any, gpus: Any) -> dict[str, Any]:
         }
     if not plan.get("ok"):
         return {"plan": None, "why": "its plan found no stack for the host (ok: false)"}
-    then = (
-        report.get("gpu_info", {}).get("gpus") if isinstance(report.get("gpu_info"), dict) else None
-    )
-    if _pci_ids(then) != _pci_ids(gpus):
+    info = report.get("gpu_info")
+    then, now = _pci_ids(info.get("gpus") if isinstance(info, dict) else None), _pci_ids(gpus)
+    if then != now:
         return {
             "plan": None,
-            "why": f"the host's GPUs changed since (PCI IDs then {_pci_ids(then) or 'none'}, "
-            f"now {_pci_ids(gpus) or 'none'})",
+            "why": f"the host's GPUs changed since (PCI IDs then {then or 'none'}, "
+            f"now {now or 'none'})",
         }
     return {"plan": plan, "why": ""}

@@ -38,6 +38,9 @@ from collections.abc import Sequence
 from typing import Any
 
 POLL_S = 0.02
+# What ends layer_host early: each kills the running layer's group first (stop); a child
+# takes the default action back.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def preload() -> None:
@@ -77,7 +80,7 @@ def child(module: str, argv: list[str], out: int, err: int) -> None:
     try:
         os.setpgid(0, 0)
         die_with_parent()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -176,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         isinstance(j, dict) and j.get("layer") and j.get("module") for j in jobs
     ):
         parser.error("JOBS: not a list of objects with layer and module")
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, stop)
     preload()
     results = [run_job(job, a.timeout) for job in jobs]

@@ -91,6 +91,22 @@ def layer_args(layer: str, a: Any) -> list[str]:  # argparse.Namespace
     return sysfs
 
 
+def crashed(
+    layer: str, rc: int, output: str, cmd: list[str], started: float, script: str = ""
+) -> dict[str, Any]:
+    """The fail verdict of a process that printed no verdict: the last lines it printed."""
+    tail = " | ".join(output.strip().splitlines()[-3:])
+    return sl.verdict(
+        layer,
+        NAMES[layer],
+        sl.FAIL,
+        f"{script or SCRIPTS[layer]} crashed (exit {rc}): {tail[-400:]}",
+        {"command": cmd},
+        None,
+        started,
+    )
+
+
 def judge_output(
     layer: str, rc: int, stdout: str, stderr: str, cmd: list[str], started: float
 ) -> dict[str, Any]:
@@ -98,16 +114,7 @@ def judge_output(
     try:
         v: dict[str, Any] = json.loads(stdout)
     except json.JSONDecodeError:
-        tail = " | ".join((stdout + stderr).strip().splitlines()[-3:])
-        return sl.verdict(
-            layer,
-            NAMES[layer],
-            sl.FAIL,
-            f"{SCRIPTS[layer]} crashed (exit {rc}): {tail[-400:]}",
-            {"command": cmd},
-            None,
-            started,
-        )
+        return crashed(layer, rc, stdout + stderr, cmd, started)
     return v
 
 
@@ -177,18 +184,9 @@ def run_shared(
         return [cannot_run(lay, python, exc, cmd, started) for lay, _ in jobs]
     results = parse_shared(proc.stdout, [lay for lay, _ in jobs])
     if results is None:
-        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+        output = proc.stdout + proc.stderr
         return [
-            sl.verdict(
-                lay,
-                NAMES[lay],
-                sl.FAIL,
-                f"layer_host.py crashed (exit {proc.returncode}): {tail[-400:]}",
-                {"command": cmd},
-                None,
-                started,
-            )
-            for lay, _ in jobs
+            crashed(lay, proc.returncode, output, cmd, started, "layer_host.py") for lay, _ in jobs
         ]
     verdicts = []
     for (lay, args), r in zip(jobs, results):  # parse_shared: one result per job, in order
