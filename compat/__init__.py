@@ -11,7 +11,6 @@ the CLI starts fast. The modules behind it, by concept:
 - :mod:`compat.resolution`: ``resolve`` and ``check``
 - :mod:`compat.install`: how a build is installed (as data)
 - :mod:`compat.plan`: one host's plan (driver-branch policy, pins, packaged branches)
-- :mod:`compat.plan_report`: a plan report read back (what a role run alone may use)
 - :mod:`compat.explainer`: error messages, their causes and fixes
 - :mod:`compat.support`: the support table
 - :mod:`compat.containers`: NGC containers and how sure their GPU floors are
@@ -66,7 +65,6 @@ __all__ = [
     "plan_host",
     "releases_for_gpu",
     "resolve",
-    "saved_plan",
     "serving_onnx",
     "serving_onnx_runtimes",
     "serving_torchserve",
@@ -336,13 +334,6 @@ def lookup_all(m: Matrix) -> list[dict[str, Any]]:
         {"name": g.name, "compute_capability": ".".join(map(str, g.compute_capability))}
         for g in m.gpus
     ]
-
-
-def saved_plan(report: Any, gpus: Any) -> dict[str, Any]:
-    """The plan a role run without plan.yml may take from the plan report (compat.plan_report)."""
-    from compat import plan_report
-
-    return plan_report.saved_plan(report, gpus)
 
 
 def plan_host(

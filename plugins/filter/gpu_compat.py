@@ -18,8 +18,6 @@ description:
     C(gpu_compat_allowed_branches) the
     branches that drive every GPU; C(gpu_compat_plan) the host plan (docs/design.md) from the
     whole C(gpu_info) fact, the packaged branches and the inventory pins;
-    C(gpu_compat_saved_plan) the plan of a plan report a role run without plan.yml may use
-    (C(plan)), or why it may not (C(why); another schema, no stack, the GPUs changed);
     C(gpu_compat_perf_floors) the performance floors of C(compat/data/perf.yaml) (or of the
     YAML file it is given).
   - Over C(compat/data/{triton,onnx,torchserve}.yaml), as C(gpu-compat serving)
@@ -311,13 +309,6 @@ def gpu_compat_plan(
         raise AnsibleFilterError(f"gpu_compat_plan: {exc}") from exc
 
 
-def gpu_compat_saved_plan(report: Any, gpus: Any) -> dict[str, Any]:
-    """{plan, why}: the plan a role run without plan.yml takes from the controller's plan
-    report, checked against this run's GPUs (compat.plan_report.saved_plan)."""
-    _require()
-    return compat.saved_plan(report, gpus)
-
-
 def gpu_compat_install(
     base: Any,
     local_version: bool = False,
@@ -432,7 +423,6 @@ class FilterModule:
             "gpu_compat_driver_preflight": gpu_compat_driver_preflight,
             "gpu_compat_allowed_branches": gpu_compat_allowed_branches,
             "gpu_compat_plan": gpu_compat_plan,
-            "gpu_compat_saved_plan": gpu_compat_saved_plan,
             "gpu_compat_install": gpu_compat_install,
             "gpu_compat_os_packages": gpu_compat_os_packages,
             "gpu_compat_host_modules": gpu_compat_host_modules,

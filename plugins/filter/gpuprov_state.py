@@ -78,9 +78,9 @@ ROLLOUT_ONLY = ("gpuprov_driver_", "nvidia_driver_defer_changes")
 
 # What playbooks/plan.yml sets (the plan, and the driver branches the OS packages, which only
 # the planner reads) is no variable input: the roles that read the plan pass it with their
-# facts ('plan'), the same whether this run planned or the role took it from the
-# controller's plan report (roles/gpuprov_report, entry point plan) when its playbook ran
-# alone; a role that does not read the plan is not re-run when it changes.
+# facts ('plan'), the same whether plan.yml planned in this run or the role planned the host
+# itself (roles/gpuprov_report, entry point plan) when its playbook ran alone; a role that
+# does not read the plan is not re-run when it changes.
 PLAN_FACTS = frozenset(
     {"gpuprov_plan", "nvidia_driver_packaged_branches", "nvidia_driver_packaged_os"}
 )

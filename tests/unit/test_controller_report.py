@@ -43,13 +43,13 @@ def test_a_broken_report_is_named(tmp_path: Path) -> None:
 
 
 def test_gpu_monitoring_reads_the_reports_without_a_module_run() -> None:
-    """The smoke report in gpu_monitoring's preflight, the plan report in the plan loader it
-    includes when its playbook runs alone (roles/gpuprov_report, entry point plan)."""
+    """The smoke report in gpu_monitoring's preflight. The plan entry point it includes when
+    its playbook runs alone (roles/gpuprov_report, plan) reads no report: it plans."""
     root = Path(__file__).resolve().parents[2]
     preflight = (root / "roles/gpu_monitoring/tasks/preflight.yml").read_text(encoding="utf-8")
     assert preflight.count("gpuprov.fleet.controller_report") == 1
     assert "tasks_from: plan" in preflight
     loader = (root / "roles/gpuprov_report/tasks/plan.yml").read_text(encoding="utf-8")
-    assert loader.count("gpuprov.fleet.controller_report") == 1
+    assert "gpuprov.fleet.controller_report" not in loader
     for text in (preflight, loader):
         assert "delegate_to: localhost" not in text

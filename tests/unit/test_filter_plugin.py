@@ -37,7 +37,6 @@ def test_filters_are_registered(plugin: ModuleType) -> None:
         "gpu_compat_driver_preflight",
         "gpu_compat_allowed_branches",
         "gpu_compat_plan",
-        "gpu_compat_saved_plan",
         "gpu_compat_install",
         "gpu_compat_os_packages",
         "gpu_compat_host_modules",

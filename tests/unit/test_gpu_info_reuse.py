@@ -14,15 +14,7 @@ from typing import Any
 import gpu_info_action  # registered by conftest.py (its file name clashes with the module's)
 import pytest
 from local_play import run_local_play
-
-K40M = ("0x10de", "0x1023", "0x030200")
-
-
-def _device(root: Path, bus: str) -> None:
-    base = root / "bus" / "pci" / "devices" / bus
-    base.mkdir(parents=True)
-    for name, value in zip(("vendor", "device", "class"), K40M, strict=True):
-        (base / name).write_text(value + "\n", encoding="ascii")
+from pci_tree import K40M, write_pci
 
 
 def test_run_id_is_the_parent_and_its_start_time(tmp_path: Path) -> None:
@@ -74,7 +66,7 @@ def _results(proc_stdout: str) -> dict[str, tuple[bool, int]]:
 
 def test_a_run_reuses_its_own_scan_and_never_an_earlier_runs(tmp_path: Path) -> None:
     sysfs = tmp_path / "sys"
-    _device(sysfs, "0000:3b:00.0")
+    write_pci(sysfs, K40M)
     second = sysfs / "bus" / "pci" / "devices" / "0000:3c:00.0"
     add_gpu = {
         "name": "a second GPU appears (between two scans of one run)",
@@ -128,7 +120,7 @@ def test_an_unknown_reuse_value_is_refused(tmp_path: Path) -> None:
         "roles/gpu_smoke/tasks/preflight.yml",
         "roles/dist_launch/tasks/preflight.yml",
         "roles/model_serving/tasks/preflight.yml",
-        "playbooks/plan.yml",
+        "roles/gpuprov_report/tasks/plan.yml",  # plan.yml's, and a plan reader's run alone
     ],
 )
 def test_the_preflights_reuse_and_the_driver_scans_after_a_change(path: str) -> None:

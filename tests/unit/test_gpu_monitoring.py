@@ -19,6 +19,7 @@ import gpu_probe  # plugins/module_utils/gpu_probe.py
 import gpuprov_gpu_metrics as col  # roles/gpu_monitoring/files/gpuprov_gpu_metrics.py
 import pytest
 import yaml
+from pci_tree import write_pci
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "gpu_monitoring"
@@ -186,21 +187,16 @@ def test_dcgm_tag_follows_the_branch_and_names_a_missing_one() -> None:
         flt.gpu_monitoring_dcgm_tag(470, tags)
 
 
-def _write_pci(root: Path, bus: str, vendor: str, klass: str, device: str = "0x1023") -> None:
-    dev = root / "bus" / "pci" / "devices" / bus
-    dev.mkdir(parents=True)
-    (dev / "vendor").write_text(vendor + "\n")
-    (dev / "device").write_text(device + "\n")
-    (dev / "class").write_text(klass + "\n")
-
-
 def test_collector_without_a_driver_writes_an_explicit_no_driver_state(tmp_path: Path) -> None:
     """A real run, as on the lab's hosts: no nvidia-smi, no /proc/driver/nvidia, two
     simulated NVIDIA GPUs and a NIC on the PCI bus, a venv with torch 2.13.0+cpu's version.py."""
     sysfs = tmp_path / "sys"
-    _write_pci(sysfs, "0000:3b:00.0", "0x10de", "0x030200")
-    _write_pci(sysfs, "0000:86:00.0", "0x10de", "0x030000")
-    _write_pci(sysfs, "0000:01:00.0", "0x8086", "0x020000")
+    write_pci(
+        sysfs,
+        ("0000:3b:00.0", "0x10de", "0x1023", "0x030200"),
+        ("0000:86:00.0", "0x10de", "0x1023", "0x030000"),
+        ("0000:01:00.0", "0x8086", "0x1023", "0x020000"),
+    )
     torch_dir = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "torch"
     torch_dir.mkdir(parents=True)
     (torch_dir / "version.py").write_text(

@@ -19,25 +19,14 @@ from types import SimpleNamespace
 import gpu_probe as gp  # plugins/module_utils is on pytest's pythonpath
 import pytest
 import yaml
+from pci_tree import K40M, write_pci
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "plugins" / "module_utils" / "gpu_probe.py"
 
-K40M = ("0000:3b:00.0", "0x10de", "0x1023", "0x030200")  # 3D controller
 M40_VGA = ("0000:5e:00.0", "0x10de", "0x17fd", "0x030000")  # VGA controller
 K40M_AUDIO = ("0000:3b:00.1", "0x10de", "0x0e1a", "0x040300")  # the GPU's audio function
 INTEL_VGA = ("0000:00:02.0", "0x8086", "0x3e92", "0x030000")
-
-
-def write_pci(root: Path, devices: list[tuple[str, str, str, str]]) -> Path:
-    """<root>/bus/pci/devices/<bus>/{vendor,device,class}, as the kernel writes them."""
-    for bus, vendor, device, klass in devices:
-        d = root / "bus" / "pci" / "devices" / bus
-        d.mkdir(parents=True)
-        (d / "vendor").write_text(vendor + "\n")
-        (d / "device").write_text(device + "\n")
-        (d / "class").write_text(klass + "\n")
-    return root
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -62,7 +51,7 @@ def test_strip_vendor():
 
 
 def test_read_pci_keeps_nvidia_display_and_3d_controllers_only(tmp_path):
-    root = write_pci(tmp_path, [K40M, K40M_AUDIO, INTEL_VGA, M40_VGA])
+    root = write_pci(tmp_path, K40M, K40M_AUDIO, INTEL_VGA, M40_VGA)
     broken = tmp_path / "bus" / "pci" / "devices" / "0000:af:00.0"
     broken.mkdir()
     (broken / "vendor").write_text("0x10de\n")  # no device or class file: not a GPU we can name
@@ -309,7 +298,7 @@ def test_query_nvml_none_when_nvml_cannot_answer(importer):
 
 def test_probe_takes_nvml_first_and_does_not_ask_nvidia_smi(tmp_path):
     smi = FakeSmi(A100_CC)
-    got = gp.probe(str(write_pci(tmp_path, [M40_VGA])), fake_pynvml, smi)
+    got = gp.probe(str(write_pci(tmp_path, M40_VGA)), fake_pynvml, smi)
     assert (got["source"], got["gpus"], got["driver_version"]) == (
         "nvml",
         [M40_NVML],
@@ -329,7 +318,7 @@ def test_probe_falls_back_to_nvidia_smi(tmp_path):
 
 
 def test_probe_falls_back_to_the_pci_scan_and_keeps_what_nvidia_smi_said(tmp_path):
-    root = write_pci(tmp_path, [K40M, K40M_AUDIO])
+    root = write_pci(tmp_path, K40M, K40M_AUDIO)
     got = gp.probe(str(root), no_pynvml, FakeSmi("", rc=9))
     assert got["source"] == "pci"
     assert [(g["pci_id"], g["name"], g["source"]) for g in got["gpus"]] == [
@@ -370,7 +359,7 @@ def test_build_labels():
 
 def test_main_prints_the_probe_as_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(gp, "import_pynvml", no_pynvml)
-    root = write_pci(tmp_path, [K40M])
+    root = write_pci(tmp_path, K40M)
     missing_smi = str(tmp_path / "no-nvidia-smi")
     assert gp.main(["--sysfs-root", str(root), "--nvidia-smi", missing_smi]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -382,7 +371,7 @@ def test_main_prints_the_probe_as_json(tmp_path, capsys, monkeypatch):
 def test_runs_from_stdin_in_a_bare_interpreter(tmp_path):
     """As fabfile runs it: `python3 - --sysfs-root ROOT` with the file's text on stdin, no
     site-packages (no pynvml, no Ansible), isolated."""
-    root = write_pci(tmp_path / "sys", [K40M])
+    root = write_pci(tmp_path / "sys", K40M)
     proc = subprocess.run(
         [
             sys.executable,

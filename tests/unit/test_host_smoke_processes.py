@@ -24,28 +24,17 @@ from typing import Any
 
 import pytest
 from fatbin_builders import write_torch
+from pci_tree import K40M, write_pci
 from smoke_modules import SMOKE, smoke
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "roles" / "dist_launch" / "files" / "gpuprov_launch.py"
-K40M = ("0000:3b:00.0", "0x10de", "0x1023", "0x030200")  # Tesla K40m, a 3D controller
 NO_TORCH = "No module named 'torch'"
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is not None,
     reason="these runs are a host without torch; this interpreter has one",
 )
-
-
-def write_pci(root: Path, *devices: tuple[str, str, str, str]) -> Path:
-    """<root>/bus/pci/devices/<bus>/{vendor,device,class} as the kernel writes them."""
-    (root / "bus" / "pci" / "devices").mkdir(parents=True)
-    for bus, vendor, device, klass in devices:
-        d = root / "bus" / "pci" / "devices" / bus
-        d.mkdir()
-        for name, value in (("vendor", vendor), ("device", device), ("class", klass)):
-            (d / name).write_text(value + "\n")
-    return root
 
 
 def run(

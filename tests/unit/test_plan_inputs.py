@@ -4,22 +4,24 @@ probe's inputs: otherwise a converged role runs its change phases again when its
 runs alone, and again at the next site.yml (seen 2026-12-06: serving.yml alone after site.yml
 re-converged model_serving, 21 s instead of 3.5 s).
 
-Read as data from the roles' files; the lab test test_site.py::
-test_component_playbooks_alone_find_their_roles_converged runs it."""
+Read as data from the roles' files, and the planning entry point (roles/gpuprov_report, plan)
+run for real over the local connection on a simulated PCI tree; the lab test test_site.py::
+test_component_playbooks_alone_find_their_roles_converged runs the readers alone."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from local_play import run_local_play
+from pci_tree import K40M, write_pci
 
-from compat import saved_plan
-from compat.plan import SCHEMA_VERSION
-
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ROOT / "roles"
 # A use of the plan fact (comments left out).
 USE = re.compile(r"^[^#\n]*\bgpuprov_plan\b", re.MULTILINE)
 # gpu_monitoring passes what it reads of the plan in its collector's facts (its inputs hold
@@ -100,58 +102,90 @@ def test_a_plan_reader_loads_the_plan_before_it_reads_it(role: str) -> None:
     assert all(i > load for i in uses), (role, load, uses)
 
 
-def test_the_plan_loader_reads_the_plan_report_plan_yml_writes() -> None:
-    loader = (ROLES / "gpuprov_report" / "tasks" / "plan.yml").read_text()
-    plan_play = (ROLES.parent / "playbooks" / "plan.yml").read_text()
-    assert "gpuprov_report_kind: plan" in plan_play
-    assert 'plan: "{{ gpuprov_plan }}"' in plan_play
-    assert "gpu_info: \"{{ ansible_facts['gpu_info'] }}\"" in plan_play
-    assert "hosts: gpu_nodes" in plan_play
-    assert "/plan/{{ inventory_hostname }}.json" in loader
-    assert "gpuprov.fleet.gpu_compat_saved_plan(ansible_facts['gpu_info']['gpus']" in loader
-    assert "'gpu_nodes' in group_names" in loader
+def test_plan_yml_and_a_plan_reader_run_alone_plan_one_way() -> None:
+    """One planning call for both (seen 2026-12-06: a run alone took the plan report the last
+    plan.yml wrote, whatever pin or matrix change came after it): plan.yml includes the
+    entry point a reader includes, and no other task calls the planner."""
+    plan_play = yaml.safe_load((ROOT / "playbooks" / "plan.yml").read_text())[0]
+    assert plan_play["hosts"] == "gpu_nodes"
+    includes = [t for t in plan_play["tasks"] if "ansible.builtin.include_role" in t]
+    assert [t["ansible.builtin.include_role"] for t in includes] == [
+        {"name": "gpuprov_report", "tasks_from": "plan"}
+    ]
+    assert includes[0]["vars"] == {"gpuprov_report_plan_publish": True}
+    callers = sorted(
+        str(path.relative_to(ROOT))
+        for path in [*ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/tasks/*.yml")]
+        if "gpu_compat_plan(" in path.read_text()
+    )
+    assert callers == ["roles/gpuprov_report/tasks/plan.yml"]
 
 
-GPU = {"bus_id": "0000:3b:00.0", "pci_id": "10de:1023", "name": "Tesla K40m"}
+def _plan_play(tmp_path: Path, publish: bool, **host_vars: dict[str, object]) -> Path:
+    """A play that plans h1 and h2 through the entry point (``host_vars``: variable -> the
+    value per host) on a simulated K40m (the seam: this machine has no GPU) and keeps each
+    host's plan in ``<tmp_path>/<host>.json``."""
+    write_pci(tmp_path / "sys", K40M)
+    per_host = {
+        name: f"{{{{ {json.dumps(value)}[inventory_hostname] | default(none) }}}}"
+        for name, value in host_vars.items()
+    }
+    play = {
+        "hosts": "all",
+        "gather_facts": True,  # packaged_branches reads the OS (this machine's Debian 12)
+        "vars": {
+            "gpu_info_sysfs_root": str(tmp_path / "sys"),
+            "gpuprov_report_dir": str(tmp_path / "reports"),
+            **per_host,
+        },
+        "tasks": [
+            {
+                "name": "Plan",
+                "ansible.builtin.include_role": {"name": "gpuprov_report", "tasks_from": "plan"},
+                "vars": {"gpuprov_report_plan_publish": publish},
+            },
+            {
+                "name": "Keep the plan",
+                "ansible.builtin.copy": {
+                    "content": "{{ gpuprov_plan | to_json }}",
+                    "dest": str(tmp_path / "{{ inventory_hostname }}.json"),
+                    "mode": "0644",
+                },
+            },
+        ],
+    }
+    book = tmp_path / "play.yml"
+    book.write_text(json.dumps([play]))
+    return book
 
 
-def report(**plan: object) -> dict[str, object]:
-    doc = {"schema_version": SCHEMA_VERSION, "ok": True, "torch": "2.5.1", **plan}
-    return {"host": "h1", "gpu_info": {"gpus": [GPU]}, "plan": doc}
+def test_a_run_plans_with_the_inventory_as_it_is_now(tmp_path: Path) -> None:
+    """A real run of the entry point: each host's pin is the one its plan has (the plan is
+    made from the inventory of this run, not read back from an earlier one); without
+    publish no report is written."""
+    book = _plan_play(tmp_path, False, gpuprov_torch_version={"h1": "1.2.0", "h2": "1.0.0"})
+    run_local_play(book, tmp_path)
+    plans = {h: json.loads((tmp_path / f"{h}.json").read_text()) for h in ("h1", "h2")}
+    assert {h: (p["ok"], p["torch"], p["pinned"]["torch"]) for h, p in plans.items()} == {
+        "h1": (True, "1.2.0", "1.2.0"),
+        "h2": (True, "1.0.0", "1.0.0"),
+    }
+    assert [g["name"] for g in plans["h1"]["gpus"]] == ["Tesla K40m"]  # this run's scan
+    assert not (tmp_path / "reports").exists()
 
 
-def test_a_saved_plan_is_used_for_the_gpus_it_was_made_for() -> None:
-    got = saved_plan(report(), [{**GPU, "source": "nvml", "temperature_c": 40}])
-    assert got["why"] == ""
-    assert got["plan"]["torch"] == "2.5.1"
-    assert saved_plan(None, [GPU]) == {"plan": None, "why": ""}
-
-
-@pytest.mark.parametrize(
-    ("doc", "gpus", "why"),
-    [
-        ({"host": "h1"}, [GPU], "the report holds no plan"),
-        (report(schema_version=1), [GPU], "its plan is of schema 1, this gpuprov's is 2"),
-        (report(ok=False), [GPU], "its plan found no stack for the host (ok: false)"),
-        (
-            report(),
-            [{**GPU, "pci_id": "10de:17fd"}],
-            "the host's GPUs changed since (PCI IDs then ['10de:1023'], now ['10de:17fd'])",
-        ),
-        (
-            report(),
-            [GPU, GPU],
-            "the host's GPUs changed since (PCI IDs then ['10de:1023'], "
-            "now ['10de:1023', '10de:1023'])",
-        ),
-        (report(), [], "the host's GPUs changed since (PCI IDs then ['10de:1023'], now none)"),
-    ],
-    ids=["no-plan", "old-schema", "not-ok", "other-gpu", "gpu-added", "gpu-gone"],
-)
-def test_a_saved_plan_that_no_longer_holds_is_not_used(
-    doc: dict[str, object], gpus: list[dict[str, object]], why: str
-) -> None:
-    assert saved_plan(doc, gpus) == {"plan": None, "why": why}
+def test_plan_yml_publishes_and_a_refused_host_fails_before_its_report(tmp_path: Path) -> None:
+    """With publish (plan.yml): the report of the planned host is written; a driver pin that
+    does not drive the K40m fails its host, naming the pin, and writes no report."""
+    book = _plan_play(tmp_path, True, nvidia_driver_branch={"h1": 535})
+    proc = run_local_play(book, tmp_path, rc=2)
+    assert "nvidia_driver_branch=535 does not drive every GPU of h1" in proc.stdout
+    assert "Nothing was changed." in proc.stdout
+    report = json.loads((tmp_path / "reports" / "plan" / "h2.json").read_text())
+    assert report["host"] == "h2"
+    assert report["plan"]["ok"] is True
+    assert report["plan"] == json.loads((tmp_path / "h2.json").read_text())
+    assert not (tmp_path / "reports" / "plan" / "h1.json").exists()
 
 
 def test_the_loader_sets_no_fact_the_state_digest_would_see() -> None:

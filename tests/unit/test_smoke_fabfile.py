@@ -12,6 +12,7 @@ import textwrap
 import fabfile as fab  # scripts/fabfile.py (scripts/ is on pytest's pythonpath)
 import pytest
 import yaml
+from pci_tree import K40M, write_pci
 
 INVENTORY = {
     "all": {
@@ -95,19 +96,6 @@ def run_status(sysfs_root, path):
     return proc.stdout
 
 
-def write_pci(root):
-    dev = root / "bus" / "pci" / "devices" / "0000:3b:00.0"
-    dev.mkdir(parents=True)
-    (dev / "vendor").write_text("0x10de\n")
-    (dev / "device").write_text("0x1023\n")
-    (dev / "class").write_text("0x030200\n")
-    other = root / "bus" / "pci" / "devices" / "0000:00:02.0"
-    other.mkdir(parents=True)
-    (other / "vendor").write_text("0x1234\n")
-    (other / "class").write_text("0x030000\n")
-    return root
-
-
 def test_status_from_nvidia_smi(tmp_path):
     """The probe runs on the 'host' (python3 -, its text on stdin) and asks nvidia-smi."""
     path = fake_smi(tmp_path / "bin", f"cat <<'EOF'\n{H200_CSV}EOF\n")
@@ -120,7 +108,9 @@ def test_status_from_nvidia_smi(tmp_path):
 def test_status_falls_back_to_the_pci_scan(tmp_path):
     """nvidia-smi present but the driver not loaded (as in the lab containers)."""
     path = fake_smi(tmp_path / "bin", "echo 'NVIDIA-SMI has failed'; exit 9\n")
-    out = run_status(write_pci(tmp_path / "sys"), path)
+    out = run_status(
+        write_pci(tmp_path / "sys", K40M, ("0000:00:02.0", "0x1234", None, "0x030000")), path
+    )
     assert fab.format_status("lab1", out) == [
         ["lab1", "0", "10de:1023", "0000:3b:00.0", "no driver", "-", "-", "-", "pci"]
     ]

@@ -22,12 +22,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pci_tree import K40M, write_pci
 from smoke_modules import SMOKE, smoke
 
 run_all = smoke("run_all")
 sl = smoke("smokelib")
 
-K40M = ("0000:3b:00.0", "0x10de", "0x1023", "0x030200")
 
 LAYERS = {
     "ok": """
@@ -154,14 +154,6 @@ def test_bad_jobs_are_refused_with_exit_2(tmp_path: Path) -> None:
         assert "JOBS:" in proc.stderr
 
 
-def write_pci(root: Path) -> Path:
-    d = root / "bus" / "pci" / "devices" / K40M[0]
-    d.mkdir(parents=True)
-    for name, value in zip(("vendor", "device", "class"), K40M[1:], strict=True):
-        (d / name).write_text(value + "\n")
-    return root
-
-
 def without_timings(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: without_timings(v) for k, v in value.items() if k != "duration_s"}
@@ -171,7 +163,7 @@ def without_timings(value: Any) -> Any:
 
 
 def test_run_shared_gives_the_verdicts_one_interpreter_per_layer_gives(tmp_path: Path) -> None:
-    root = write_pci(tmp_path / "sys")
+    root = write_pci(tmp_path / "sys", K40M)
     ns = SimpleNamespace(
         sysfs_root=str(root), floors="", allow_cpu=True, onnx_opsets="", gpu=["Tesla K40m=3.5"]
     )
@@ -207,7 +199,7 @@ def test_parse_shared_wants_one_result_per_layer_in_order() -> None:
 
 
 def test_run_all_keeps_the_asked_order_around_the_shared_layers(tmp_path: Path, capsys) -> None:
-    root = write_pci(tmp_path / "sys")
+    root = write_pci(tmp_path / "sys", K40M)
     rc = run_all.main(
         ["--layers", "L3,L0,L4", "--required", "L0", "--sysfs-root", str(root), "--allow-cpu"]
     )

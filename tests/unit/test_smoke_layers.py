@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from pci_tree import K40M, write_pci
 from smoke_modules import smoke
 
 sl = smoke("smokelib")
@@ -29,18 +30,6 @@ run_all = smoke("run_all")
 # --- helpers -------------------------------------------------------------------------
 
 
-def write_pci(root: Path, devices: list[tuple[str, str, str, str]]) -> Path:
-    """devices: (bus_id, vendor, device, class) as the kernel writes them."""
-    for bus, vendor, device, klass in devices:
-        d = root / "bus" / "pci" / "devices" / bus
-        d.mkdir(parents=True)
-        (d / "vendor").write_text(vendor + "\n")
-        (d / "device").write_text(device + "\n")
-        (d / "class").write_text(klass + "\n")
-    return root
-
-
-K40M = ("0000:3b:00.0", "0x10de", "0x1023", "0x030200")
 OTHER_VGA = ("0000:00:02.0", "0x1234", "0x1111", "0x030000")
 NV_AUDIO = ("0000:3b:00.1", "0x10de", "0x0e0f", "0x040300")
 
@@ -144,7 +133,7 @@ def test_summarize_names_missing_and_skipped_layers():
 
 
 def test_scan_pci_keeps_nvidia_display_devices_only(tmp_path):
-    root = write_pci(tmp_path, [K40M, OTHER_VGA, NV_AUDIO])
+    root = write_pci(tmp_path, K40M, OTHER_VGA, NV_AUDIO)
     assert sl.scan_pci(str(root)) == [
         {"index": 0, "bus_id": "0000:3b:00.0", "pci_id": "10de:1023", "name": None, "source": "pci"}
     ]
@@ -260,7 +249,7 @@ def test_l0_cpu_node_expected_empty_passes_and_unknown_is_skipped():
 def test_l0_main_on_a_sysfs_tree(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sl, "query_nvml", lambda: None)
     monkeypatch.setattr(sl, "query_smi", lambda smi=None: None)
-    root = write_pci(tmp_path, [K40M])
+    root = write_pci(tmp_path, K40M)
     rc = l0.main(
         ["--sysfs-root", str(root), "--expected-count", "1", "--expected-pci-id", "10de:1023"]
     )
@@ -559,7 +548,7 @@ def test_l4_fails_a_bad_fit_and_a_bad_export():
 
 def test_l4_main_skips_a_gpu_host_without_cuda(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(l4, "cuda_available", lambda: False)
-    root = write_pci(tmp_path, [K40M])
+    root = write_pci(tmp_path, K40M)
     assert l4.main(["--sysfs-root", str(root), "--allow-cpu"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "skipped"
@@ -659,7 +648,7 @@ def test_run_all_missing_python_is_a_fail(tmp_path):
 
 def test_run_all_lab_like_host_is_honest(tmp_path, capsys):
     """A real run of L0-L2 in subprocesses on a simulated K40m tree (no NVML, no driver here)."""
-    root = write_pci(tmp_path, [K40M])
+    root = write_pci(tmp_path, K40M)
     rc = run_all.main(
         [
             "--layers",
@@ -685,7 +674,7 @@ def test_run_all_lab_like_host_is_honest(tmp_path, capsys):
 
 def test_run_all_without_torch_skips_the_torch_layers(tmp_path, capsys):
     """--no-torch (pytorch_method: none): L3, PERF and L4 are skipped with the reason, unrun."""
-    root = write_pci(tmp_path, [K40M])
+    root = write_pci(tmp_path, K40M)
     reason = "no PyTorch environment on this host (pytorch_method: none)"
     rc = run_all.main(
         [
