@@ -10,12 +10,29 @@ module, as ``ansible.module_utils.host_query`` or from the collection)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 # dpkg-query -W's format: one line per package (per architecture of a multi-arch one).
 DPKG_FORMAT = "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"
 # rpm -q's format: one line per installed package.
 RPM_FORMAT = "%{NAME}\t%{VERSION}-%{RELEASE}\n"
+# dpkg's database directory (dpkg-query's --admindir).
+DPKG_ADMINDIR = "/var/lib/dpkg"
+
+
+def package_manager(
+    admindir: str = DPKG_ADMINDIR, which: Callable[[str], str | None] = shutil.which
+) -> str | None:
+    """The package manager whose database holds this host's packages: ``dpkg`` where
+    dpkg-query runs and its database is (EPEL ships dpkg-query for RHEL, with an empty one),
+    else ``rpm`` where rpm runs, else None. Every module that reads packages asks this."""
+    if which("dpkg-query") and Path(admindir, "status").is_file():
+        return "dpkg"
+    if which("rpm"):
+        return "rpm"
+    return None
 
 
 def dpkg_rows(output: str) -> list[tuple[str, str, str]]:

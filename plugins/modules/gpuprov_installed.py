@@ -168,13 +168,13 @@ def run(module: AnsibleModule) -> dict[str, object]:
         # report) must tell "could not read" from "none installed".
         unread = {k: v for k, v in result.items() if k not in ("packages", "manager")}
         admindir = str(module.params["admindir"])
-        # dpkg only where its database is (EPEL ships dpkg-query for RHEL, with an empty one).
-        if shutil.which("dpkg-query") and Path(admindir, "status").is_file():
+        manager = _hq.package_manager(admindir)
+        if manager == "dpkg":
             argv = ["dpkg-query", "--admindir", admindir, "-W", _hq.DPKG_FORMAT]
-            manager, parse = "dpkg", parse_dpkg
-        elif shutil.which("rpm"):
+            parse = parse_dpkg
+        elif manager == "rpm":
             argv = ["rpm", "-qa", "--qf", _hq.RPM_FORMAT]
-            manager, parse = "rpm", parse_rpm
+            parse = parse_rpm
         else:
             module.fail_json(
                 msg=f"Neither a dpkg database ({admindir}) nor rpm on this host's PATH.", **unread
@@ -205,7 +205,7 @@ def build_module() -> AnsibleModule:
             "package_regex": {"type": "str", "default": ""},
             "units": {"type": "list", "elements": "str", "default": []},
             "paths": {"type": "list", "elements": "path", "default": []},
-            "admindir": {"type": "path", "default": "/var/lib/dpkg"},
+            "admindir": {"type": "path", "default": _hq.DPKG_ADMINDIR},
         },
         supports_check_mode=True,
     )

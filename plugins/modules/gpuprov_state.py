@@ -190,18 +190,22 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
 
 def read_packages(names: list[str]) -> dict[str, str]:
     """name -> "version status" (dpkg: status abbreviation such as ii, hi for held) or
-    "absent"."""
+    "absent"; on a host with neither package manager, what stops the read (a difference)."""
     found: dict[str, str] = {}
     if not names:
         return found
-    if Path("/usr/bin/dpkg-query").exists():
+    manager = _hq.package_manager()
+    if manager == "dpkg":
         proc = _run(["dpkg-query", "-W", _hq.DPKG_FORMAT, "--", *names])
         for name, version, status in _hq.dpkg_rows(proc.stdout.decode(errors="replace")):
             if status and not status.startswith("u"):
                 found[name] = f"{version} {status}"
-    else:
+    elif manager == "rpm":
         proc = _run(["rpm", "-q", "--qf", _hq.RPM_FORMAT, "--", *names])
         found.update(_hq.rpm_rows(proc.stdout.decode(errors="replace")))
+    else:
+        unread = f"unread: neither a dpkg database ({_hq.DPKG_ADMINDIR}) nor rpm on this host"
+        return {name: unread for name in names}
     return {name: found.get(name, "absent") for name in names}
 
 

@@ -39,9 +39,38 @@ def test_systemctl_show_argv_ends_options_before_the_units() -> None:
     assert argv == ["systemctl", "show", "--property=Id,ActiveState", "--", "-weird.service"]
 
 
+def _which(*found: str):  # type: ignore[no-untyped-def]
+    return lambda name: f"/usr/bin/{name}" if name in found else None
+
+
+def test_dpkg_is_read_where_its_database_is_and_rpm_otherwise(tmp_path: Path) -> None:
+    """An EL host with EPEL's dpkg-query has an empty dpkg directory: its packages are rpm's
+    (before 2026-12-06 gpuprov_state read dpkg there, found every package absent, and the
+    fast path never found a role converged; gpuprov_installed chose rpm)."""
+    empty, debian = tmp_path / "empty", tmp_path / "debian"
+    empty.mkdir()
+    debian.mkdir()
+    (debian / "status").write_text("Package: dpkg\n", encoding="ascii")
+    both = _which("dpkg-query", "rpm")
+    assert host_query.package_manager(str(debian), both) == "dpkg"
+    assert host_query.package_manager(str(empty), both) == "rpm"
+    assert host_query.package_manager(str(debian), _which("rpm")) == "rpm"
+    assert host_query.package_manager(str(debian), _which("dpkg-query")) == "dpkg"
+    assert host_query.package_manager(str(empty), _which("dpkg-query")) is None
+    assert host_query.package_manager(str(debian), _which()) is None
+
+
 @pytest.mark.parametrize("name", USERS)
 def test_the_modules_do_not_spell_the_queries_again(name: str) -> None:
     source = (ROOT / "plugins" / "modules" / name).read_text(encoding="utf-8")
     assert "import host_query as _hq" in source
-    for copy in ("${db:Status-Abbrev}", "%{NAME}", '"systemctl", "show"', 'split("\\n\\n")'):
+    assert "_hq.package_manager(" in source, f"{name}: choose dpkg or rpm with host_query"
+    for copy in (
+        "${db:Status-Abbrev}",
+        "%{NAME}",
+        '"systemctl", "show"',
+        'split("\\n\\n")',
+        '"dpkg-query")',
+        '"default": "/var/lib/dpkg"',  # the argument spec's default is _hq.DPKG_ADMINDIR
+    ):
         assert copy not in source, f"{name} spells {copy!r} again: use module_utils/host_query"
