@@ -12,7 +12,7 @@ description:
     the epoch, null when absent) and C(data) (the parsed JSON, null when absent).
   - One read in the controller's process, where a delegated M(ansible.builtin.stat) and a
     M(ansible.builtin.file) lookup cost a module run per host and report (gpu_monitoring reads
-    the smoke and plan reports of each host on every run).
+    the smoke report of each host on every run).
   - A file that is not JSON is an error that names it.
 options:
   _terms:

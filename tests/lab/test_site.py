@@ -450,14 +450,14 @@ def test_component_playbooks_alone_find_their_roles_converged(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Each playbook also runs alone (site.yml's header): after site.yml, the playbooks of the
-    roles that read the plan, without plan.yml in the run, take the plan plan.yml last wrote
+    roles that read the plan, without plan.yml in the run, plan the host as plan.yml does
     and find every role converged (no change phase runs; the next site.yml, the check-mode
     run below, finds them converged too). Before, each such run converged its role again and
     recorded inputs the next site.yml did not match."""
     if not converged:
         pytest.skip("site.yml did not converge")
     total = 0.0
-    for playbook in ALONE:  # one run each: a plan one of them loads would serve the next
+    for playbook in ALONE:  # one run each: a plan one of them makes would serve the next
         proc, seconds = run_playbook(lab, monkeypatch, playbook, callback=JSON_CALLBACK)
         total += seconds
         doc = parse_json_output(proc.stdout)

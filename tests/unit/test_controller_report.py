@@ -1,4 +1,4 @@
-"""plugins/lookup/controller_report.py: gpu_monitoring reads each host's smoke and plan reports
+"""plugins/lookup/controller_report.py: gpu_monitoring reads each host's smoke report
 on the controller in the controller's own process (before, a delegated stat loop and a file
 lookup: two module runs per host on every run)."""
 

@@ -564,9 +564,10 @@ def test_mixed_key_types_digest(role_path: Path) -> None:
     ids=["plan", "packaged-branches"],
 )
 def test_what_plan_yml_sets_is_no_variable_input(role_path: Path, planned: dict[str, Any]) -> None:
-    """A playbook run alone (no plan.yml in the run) has none of these facts; site.yml has
-    them: the same role on the same host must get the same digest from both (the roles that
-    read the plan pass it with their facts, below)."""
+    """A role that does not read the plan has none of these facts when its playbook runs
+    alone (no plan.yml in the run); site.yml has them: the same role on the same host must
+    get the same digest from both (the roles that read the plan plan the host themselves
+    when run alone and pass the plan with their facts, below)."""
     assert _digest({**VALUES, **planned}, role_path, FACTS) == _digest(VALUES, role_path, FACTS)
     plan = {"torch": "2.5.1"}
     with_plan = _digest(VALUES, role_path, {**FACTS, "plan": plan})

@@ -124,7 +124,8 @@ def test_plan_yml_and_a_plan_reader_run_alone_plan_one_way() -> None:
 def _plan_play(tmp_path: Path, publish: bool, **host_vars: dict[str, object]) -> Path:
     """A play that plans h1 and h2 through the entry point (``host_vars``: variable -> the
     value per host) on a simulated K40m (the seam: this machine has no GPU) and keeps each
-    host's plan in ``<tmp_path>/<host>.json``."""
+    host's plan in ``<tmp_path>/<host>.json``. Tagged as a reader's preflight is (its own
+    tag on the import, always on the include), so a run under another --tags plans too."""
     write_pci(tmp_path / "sys", K40M)
     per_host = {
         name: f"{{{{ {json.dumps(value)}[inventory_hostname] | default(none) }}}}"
@@ -140,23 +141,50 @@ def _plan_play(tmp_path: Path, publish: bool, **host_vars: dict[str, object]) ->
         },
         "tasks": [
             {
-                "name": "Plan",
-                "ansible.builtin.include_role": {"name": "gpuprov_report", "tasks_from": "plan"},
-                "vars": {"gpuprov_report_plan_publish": publish},
-            },
-            {
-                "name": "Keep the plan",
-                "ansible.builtin.copy": {
-                    "content": "{{ gpuprov_plan | to_json }}",
-                    "dest": str(tmp_path / "{{ inventory_hostname }}.json"),
-                    "mode": "0644",
-                },
-            },
+                "block": [
+                    {
+                        "name": "Plan",
+                        "ansible.builtin.include_role": {
+                            "name": "gpuprov_report",
+                            "tasks_from": "plan",
+                        },
+                        "vars": {"gpuprov_report_plan_publish": publish},
+                        "tags": ["always"],
+                    },
+                    {
+                        "name": "Keep the plan",
+                        "ansible.builtin.copy": {
+                            "content": "{{ gpuprov_plan | to_json }}",
+                            "dest": str(tmp_path / "{{ inventory_hostname }}.json"),
+                            "mode": "0644",
+                        },
+                        "tags": ["always"],
+                    },
+                ],
+                "tags": ["reader_preflight"],
+            }
         ],
     }
     book = tmp_path / "play.yml"
     book.write_text(json.dumps([play]))
     return book
+
+
+def test_the_report_is_written_before_a_plan_without_a_stack_fails_the_host() -> None:
+    """plan.yml's order: a contradiction fails the host before anything is printed or
+    written; a plan without a stack is written first (its report says why), then fails."""
+    names = [
+        t["name"]
+        for t in yaml.safe_load((ROLES / "gpuprov_report" / "tasks" / "plan.yml").read_text())
+    ]
+    order = [
+        "plan | Plan the stack from the matrix",
+        "plan | Refuse an inventory that contradicts the hardware",
+        "plan | Print the plan",
+        "plan | Write the plan report on the controller",
+        "plan | Refuse a host without a plan",
+    ]
+    assert [n for n in names if n in order] == order
 
 
 def test_a_run_plans_with_the_inventory_as_it_is_now(tmp_path: Path) -> None:
@@ -172,6 +200,22 @@ def test_a_run_plans_with_the_inventory_as_it_is_now(tmp_path: Path) -> None:
     }
     assert [g["name"] for g in plans["h1"]["gpus"]] == ["Tesla K40m"]  # this run's scan
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_run_under_other_tags_makes_the_same_plan(tmp_path: Path) -> None:
+    """Under --tags of another phase (a reader's playbook run alone as
+    `--tags pytorch_install`), every task of the entry point runs, the driver branches this
+    OS packages included: without them the planner chose a driver branch Debian does not
+    package (the review of 2026-12-06: an A100 planned for branch 620, not 535)."""
+    plans = []
+    for tags in ("", "reader_install"):
+        run = tmp_path / (tags or "all")
+        run.mkdir()
+        book = _plan_play(run, False)
+        run_local_play(book, run, env={"ANSIBLE_RUN_TAGS": tags} if tags else None)
+        plans.append(json.loads((run / "h1.json").read_text()))
+    assert plans[0]["packaged_branches"], "this Debian packages driver branches"
+    assert plans[1] == plans[0]
 
 
 def test_plan_yml_publishes_and_a_refused_host_fails_before_its_report(tmp_path: Path) -> None:
@@ -201,10 +245,16 @@ def test_the_loader_sets_no_fact_the_state_digest_would_see() -> None:
             names += list((task.get("ansible.builtin.set_fact") or {}).keys())
         return names
 
-    facts = [
-        name
-        for path in sorted((ROLES / "gpuprov_report" / "tasks").glob("*.yml"))
-        for name in set_facts(yaml.safe_load(path.read_text()))
+    # its own task files, and the one of another role it includes
+    paths = [
+        *sorted((ROLES / "gpuprov_report" / "tasks").glob("*.yml")),
+        ROLES / "nvidia_driver" / "tasks" / "packaged_branches.yml",
     ]
-    assert sorted(facts) == ["gpuprov_plan", "gpuprov_report_root"]
+    facts = [name for path in paths for name in set_facts(yaml.safe_load(path.read_text()))]
+    assert sorted(facts) == [
+        "gpuprov_plan",
+        "gpuprov_report_root",
+        "nvidia_driver_packaged_branches",
+        "nvidia_driver_packaged_os",
+    ]
     assert [f for f in facts if gpuprov_state.is_input(f)] == []

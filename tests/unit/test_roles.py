@@ -85,9 +85,9 @@ def test_a_role_that_reads_gpu_facts_scans_the_gpus_first_unconditionally(role: 
     if "ansible_facts['gpu_info']" not in _role_texts(role):
         return
     if role.name == "gpuprov_report":
-        # No preflight: its plan entry point (tasks/plan.yml), included by the roles that read
-        # the plan only when this run did not plan, scans (reuse: run, so this run's scan)
-        # right before it compares the plan report's GPUs with the host's.
+        # No preflight: its plan entry point (tasks/plan.yml), which plan.yml and the roles that
+        # read the plan (when this run did not plan) include, scans (reuse: run, so this run's
+        # scan) before it plans for the host's GPUs.
         loader = _yaml(role / "tasks" / "plan.yml")
         assert next(t["name"] for t in loader if "gpu_info" in t).startswith("plan | Scan")
         return

@@ -108,14 +108,7 @@ def test_every_host_report_is_written_through_gpuprov_report() -> None:
         writes = [
             t
             for t in all_tasks(yaml.safe_load((ROOT / rel).read_text()))
-            if (
-                t.get("ansible.builtin.include_role") == WRITE_CALL
-                # within roles/gpuprov_report, the same entry point as a task file
-                or (
-                    rel.startswith("roles/gpuprov_report/")
-                    and t.get("ansible.builtin.include_tasks") == "write.yml"
-                )
-            )
+            if t.get("ansible.builtin.include_role") == WRITE_CALL
             and (t.get("vars") or {}).get("gpuprov_report_kind") == kind  # type: ignore[union-attr]
         ]
         assert len(writes) == 1, f"{rel}: no (or more than one) gpuprov_report write of {kind}/"
