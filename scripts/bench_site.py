@@ -11,7 +11,9 @@
     host (gpuprov_lab/raw_script.py): one `apt-get update`, one `apt-get install` of the
     packages it installed, the same holds, accounts, files, virtual environments (one `pip
     install` of each one's frozen set) and services. It verifies nothing: Ansible's smoke
-    tests, readiness waits and reports are part of Ansible's time.
+    tests, readiness waits and reports are part of Ansible's time. The run's own task timings
+    (the json callback) split its time into package installs, verification and every other
+    task, and the ratio without the verification is printed beside the goal's.
 (b) the same for site.yml's driver, Docker and toolkit plays alone (validate.yml, plan.yml,
     sources.yml, driver.yml, docker.yml, toolkit.yml), on two more fresh hosts.
 (c) scaling: no-op re-runs of (b)'s plays on 1, 4 and 8 converged hosts, interleaved, two
@@ -56,6 +58,7 @@ from gpuprov_lab.engine import (  # noqa: E402
     lab_containers,
 )
 from gpuprov_lab.inventory import ssh_argv  # noqa: E402
+from gpuprov_lab.run_doc import Share, json_document, time_by_kind  # noqa: E402
 from gpuprov_lab.site import ansible_env  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -102,6 +105,28 @@ def cpu_lines(runs: dict[int, Run], cores: int) -> list[str]:
             f"{hosts}s = {need:.1f}s; on {cores} cores at least {need / cores:.1f}s "
             f"= {need / cores / runs[min(runs)].wall:.2f}x 1 host's wall time"
         )
+    return lines
+
+
+def time_lines(shares: dict[str, Share], t_ansible: float, t_shell: float) -> list[str]:
+    """Where (a)'s Ansible time went, by kind of task (gpuprov_lab.run_doc.time_by_kind), and
+    the ratio without the verification, which the shell script does not do."""
+    words = {
+        "install": "package installs (apt, pip)",
+        "verify": "verification (verify phases, smoke tests, readiness waits)",
+        "other": "every other task",
+    }
+    lines = [f"    where the {t_ansible:.1f}s went, by task:"]
+    for kind, share in shares.items():
+        each = share.seconds / share.tasks if share.tasks else 0.0
+        lines.append(
+            f"      {words[kind]}: {share.seconds:.1f}s in {share.tasks} tasks ({each:.2f}s each)"
+        )
+    rest = t_ansible - shares["verify"].seconds
+    lines.append(
+        f"    without the verification: {rest:.1f}s / shell {t_shell:.1f}s = "
+        f"{rest / t_shell:.2f} (the script verifies nothing)"
+    )
     return lines
 
 
@@ -156,15 +181,30 @@ class Lab:
     def down(self) -> None:
         run([sys.executable, str(LAB_PY), "--lab", self.name, "down"])
 
-    def playbooks(self, playbooks: Sequence[str], limit: Sequence[str]) -> float:
+    def playbooks(
+        self,
+        playbooks: Sequence[str],
+        limit: Sequence[str],
+        doc: list[dict[str, Any]] | None = None,
+    ) -> float:
+        """The wall time of one run; with ``doc``, the run prints the json callback's document
+        instead of the default output, and it is appended to ``doc``."""
         argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), *playbooks]
         argv += ["--limit", ",".join(limit)]
         argv += ["-e", f"gpuprov_report_dir={REPO / '.lab' / self.name / 'reports'}"]
+        env = ansible_env(self.name)
+        if doc is not None:
+            env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
         start = time.monotonic()
-        proc = run(argv, cwd=REPO, env=ansible_env(self.name))
+        proc = run(argv, cwd=REPO, env=env)
         took = time.monotonic() - start
         if proc.returncode != 0:
             raise BenchError(f"{' '.join(argv)} failed:\n{proc.stdout[-4000:]}{proc.stderr}")
+        if doc is not None:
+            found = json_document(proc.stdout)
+            if found is None:
+                raise BenchError(f"{' '.join(argv)}: no json callback document in its output")
+            doc.append(found)
         return took
 
     def ssh(
@@ -256,13 +296,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (a) site.yml, then (b) its driver/Docker/toolkit plays, on one fresh host each;
         # the same work by a shell script on another fresh host.
         provision: dict[str, tuple[float, float]] = {}
+        site_doc: list[dict[str, Any]] = []  # (a)'s run, for where its time went
         for what, playbooks, host, shell_host in (
             ("site.yml", SITE, SITE_HOST, SITE_SHELL_HOST),
             ("driver + docker + toolkit", STACK, ANSIBLE_HOSTS[0], SHELL_HOST),
         ):
             for h in (host, shell_host):
                 lab.ssh(h, f"touch {MARKER}")
-            t_ansible = lab.playbooks(playbooks, [host])
+            t_ansible = lab.playbooks(playbooks, [host], site_doc if playbooks is SITE else None)
             script = shell_script(lab, host, shell_host)
             provision[what] = (t_ansible, time_script(lab, shell_host, script))
         # (c) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
@@ -283,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"({label}) provision 1 fresh host, {what}: ansible {t_ansible:.1f}s", end="")
         goal = f" (goal <= {GOAL_PROVISION})" if what == "site.yml" else ""
         print(f" / shell {t_shell:.1f}s = {t_ansible / t_shell:.2f}{goal}")
+        if what == "site.yml":
+            print("\n".join(time_lines(time_by_kind(site_doc[0]), t_ansible, t_shell)))
     for n in FLEETS[1:]:
         print(
             f"(c) no-op re-run: {n} hosts {noop[n].wall:.1f}s / 1 host {noop[1].wall:.1f}s", end=""

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from gpuprov_lab.run_doc import json_document
 
 Lab = Any  # tests/lab/conftest.py's Lab
 
@@ -55,15 +54,9 @@ def _snapshots(lab: Lab) -> dict[str, str]:
 
 
 def _json_doc(stdout: str) -> dict[str, Any]:
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"^\{", stdout, re.MULTILINE):
-        try:
-            doc, _ = decoder.raw_decode(stdout, match.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(doc, dict) and "plays" in doc:
-            return doc
-    raise AssertionError(f"no json callback output in:\n{stdout[-3000:]}")
+    doc = json_document(stdout, need=("plays",))
+    assert doc is not None, f"no json callback output in:\n{stdout[-3000:]}"
+    return doc
 
 
 def _failures(doc: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import shared_runs
 import yaml
+from gpuprov_lab.run_doc import json_document
 from lab_skips import DEFAULT_PRESET, INFRA_DEFAULT, infra_passed, infra_skips
 from playbook_output import recap
 
@@ -78,15 +79,9 @@ TIMINGS: dict[str, float] = {}
 
 def parse_json_output(stdout: str) -> dict[str, Any]:
     """The json callback's document, with profile_tasks' lines printed around it."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"^\{", stdout, re.MULTILINE):
-        try:
-            doc, _ = decoder.raw_decode(stdout, match.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(doc, dict) and "stats" in doc and "plays" in doc:
-            return doc
-    raise AssertionError(f"no json callback output in:\n{stdout[-3000:]}")
+    doc = json_document(stdout)
+    assert doc is not None, f"no json callback output in:\n{stdout[-3000:]}"
+    return doc
 
 
 def changed_tasks(doc: dict[str, Any], host: str) -> list[str]:

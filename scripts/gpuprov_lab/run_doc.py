@@ -1,0 +1,85 @@
+"""An ansible-playbook run's document from the json callback (``ansible.builtin.json``), read
+one way for the lab tests and the benchmarks: the document itself, and where a run's time went.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
+
+# The package managers' actions: what a shell script that installs the same does too.
+INSTALL_ACTIONS = frozenset(
+    {
+        "ansible.builtin.apt",
+        "ansible.builtin.dnf",
+        "ansible.builtin.package",
+        "ansible.builtin.pip",
+        "apt_ready",
+        "gpuprov.fleet.apt_ready",
+    }
+)
+# The phases that only check what the run left: the verify phases (file stem verify*), the
+# smoke test role, and the handlers that wait for a restarted service to answer.
+VERIFY_ROLES = frozenset({"gpu_smoke"})
+VERIFY_STEM = "verify"
+WAIT_HANDLER = "Wait for "
+
+
+def json_document(stdout: str, need: Iterable[str] = ("stats", "plays")) -> dict[str, Any] | None:
+    """The json callback's document in ``stdout`` (other callbacks' lines, such as
+    profile_tasks', may come around it), the first JSON object at the start of a line that
+    holds every key of ``need``; None when there is none."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"^\{", stdout, re.MULTILINE):
+        try:
+            doc, _ = decoder.raw_decode(stdout, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and all(k in doc for k in need):
+            return doc
+    return None
+
+
+class Share(NamedTuple):
+    seconds: float
+    tasks: int
+
+
+def _seconds(task: dict[str, Any]) -> float:
+    span = task.get("duration") or {}
+    try:
+        start = datetime.fromisoformat(str(span["start"]).replace("Z", "+00:00"))
+        end = datetime.fromisoformat(str(span["end"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return 0.0
+    return max((end - start).total_seconds(), 0.0)
+
+
+def kind_of(name: str, action: str) -> str:
+    """install, verify or other, for a task named ``name`` (``role : stem | what``, the role
+    and file stem of a role's task) that ran ``action``."""
+    if action in INSTALL_ACTIONS:
+        return "install"
+    role, _, rest = name.rpartition(" : ")  # the house's task names (tests/unit/test_roles.py)
+    stem = rest.split(" | ", 1)[0] if " | " in rest else ""
+    if role in VERIFY_ROLES or stem.startswith(VERIFY_STEM) or rest.startswith(WAIT_HANDLER):
+        return "verify"
+    return "other"
+
+
+def time_by_kind(doc: dict[str, Any]) -> dict[str, Share]:
+    """The task time of a one-host run by kind (install, verify, other): each task's duration
+    as the json callback timed it (start of the task to its last result), skipped tasks
+    included (they cost their share of the per-task floor too)."""
+    shares = {k: Share(0.0, 0) for k in ("install", "verify", "other")}
+    for play in doc.get("plays") or []:
+        for task in play.get("tasks") or []:
+            meta = task.get("task") or {}
+            actions = {str(r.get("action", "")) for r in (task.get("hosts") or {}).values()}
+            kind = kind_of(str(meta.get("name", "")), next(iter(sorted(actions)), ""))
+            old = shares[kind]
+            shares[kind] = Share(old.seconds + _seconds(meta), old.tasks + 1)
+    return shares
