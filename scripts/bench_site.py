@@ -122,6 +122,10 @@ def time_lines(shares: dict[str, Share], t_ansible: float, t_shell: float) -> li
         lines.append(
             f"      {words[kind]}: {share.seconds:.1f}s in {share.tasks} tasks ({each:.2f}s each)"
         )
+    timed = sum(share.seconds for share in shares.values())
+    lines.append(
+        f"      outside any task (start, between tasks, the end): {t_ansible - timed:.1f}s"
+    )
     rest = t_ansible - shares["verify"].seconds
     lines.append(
         f"    without the verification: {rest:.1f}s / shell {t_shell:.1f}s = "

@@ -26,9 +26,14 @@ def package_manager(
     admindir: str = DPKG_ADMINDIR, which: Callable[[str], str | None] = shutil.which
 ) -> str | None:
     """The package manager whose database holds this host's packages: ``dpkg`` where
-    dpkg-query runs and its database is (EPEL ships dpkg-query for RHEL, with an empty one),
-    else ``rpm`` where rpm runs, else None. Every module that reads packages asks this."""
-    if which("dpkg-query") and Path(admindir, "status").is_file():
+    dpkg-query runs and its database lists packages (a non-empty ``status``: EPEL's dpkg for
+    RHEL creates an empty one; a Debian host's lists dpkg itself), else ``rpm`` where rpm
+    runs, else None. Every module that reads packages asks this."""
+    try:
+        listed = Path(admindir, "status").stat().st_size > 0
+    except OSError:
+        listed = False
+    if listed and which("dpkg-query"):
         return "dpkg"
     if which("rpm"):
         return "rpm"

@@ -188,9 +188,14 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+class UnreadablePackages(Exception):
+    """The role names packages and this host has no package database to read them from."""
+
+
 def read_packages(names: list[str]) -> dict[str, str]:
     """name -> "version status" (dpkg: status abbreviation such as ii, hi for held) or
-    "absent"; on a host with neither package manager, what stops the read (a difference)."""
+    "absent". UnreadablePackages on a host with neither package manager: a record made there
+    would hold no reading to compare, and a probe could never tell."""
     found: dict[str, str] = {}
     if not names:
         return found
@@ -204,8 +209,10 @@ def read_packages(names: list[str]) -> dict[str, str]:
         proc = _run(["rpm", "-q", "--qf", _hq.RPM_FORMAT, "--", *names])
         found.update(_hq.rpm_rows(proc.stdout.decode(errors="replace")))
     else:
-        unread = f"unread: neither a dpkg database ({_hq.DPKG_ADMINDIR}) nor rpm on this host"
-        return {name: unread for name in names}
+        raise UnreadablePackages(
+            f"cannot read the packages {', '.join(names)}: neither a dpkg database "
+            f"({_hq.DPKG_ADMINDIR}/status, listing packages) nor rpm on this host"
+        )
     return {name: found.get(name, "absent") for name in names}
 
 
@@ -394,17 +401,22 @@ def run(module: AnsibleModule) -> dict[str, Any]:
     except (ValueError, TypeError) as exc:
         module.fail_json(msg=f"gpuprov_state for role {params['role']}: {exc}")
     result: dict[str, Any] = {"changed": False, "record": path, "converged": False, "differs": []}
-    if params["state"] == "probe":
-        differs = compare(load_record(path), params["inputs"], spec, path)
-        result.update(converged=not differs, differs=differs)
-    elif module.check_mode:
-        pass
-    elif params["state"] == "forget":
-        Path(path).unlink(missing_ok=True)
-    else:
-        doc = {"format": FORMAT, "inputs": params["inputs"], "spec": spec, "seen": observe(spec)}
-        write_record(path, doc)
-        result["converged"] = True
+    try:
+        if params["state"] == "probe":
+            differs = compare(load_record(path), params["inputs"], spec, path)
+            result.update(converged=not differs, differs=differs)
+        elif module.check_mode:
+            pass
+        elif params["state"] == "forget":
+            Path(path).unlink(missing_ok=True)
+        else:
+            seen = observe(spec)
+            write_record(
+                path, {"format": FORMAT, "inputs": params["inputs"], "spec": spec, "seen": seen}
+            )
+            result["converged"] = True
+    except UnreadablePackages as exc:
+        module.fail_json(msg=f"gpuprov_state for role {params['role']}: {exc}", **result)
     return result
 
 

@@ -21,11 +21,13 @@ INSTALL_ACTIONS = frozenset(
         "gpuprov.fleet.apt_ready",
     }
 )
-# The phases that only check what the run left: the verify phases (file stem verify*), the
-# smoke test role, and the handlers that wait for a restarted service to answer.
-VERIFY_ROLES = frozenset({"gpu_smoke"})
+# What only checks what the run left: the verify phases (file stem verify*), the smoke test's
+# run and report (its install writes files, as the script does), and the waits for a service
+# to answer (handlers and tasks). A wait in an install phase waits for an install (model
+# serving's background pip job): install time.
 VERIFY_STEM = "verify"
-WAIT_HANDLER = "Wait for "
+VERIFY_PHASES = frozenset({("gpu_smoke", "run"), ("gpu_smoke", "report")})
+WAITS = ("Wait for ", "Wait until ")
 
 
 def json_document(stdout: str, need: Iterable[str] = ("stats", "plays")) -> dict[str, Any] | None:
@@ -61,11 +63,13 @@ def _seconds(task: dict[str, Any]) -> float:
 def kind_of(name: str, action: str) -> str:
     """install, verify or other, for a task named ``name`` (``role : stem | what``, the role
     and file stem of a role's task) that ran ``action``."""
-    if action in INSTALL_ACTIONS:
-        return "install"
     role, _, rest = name.rpartition(" : ")  # the house's task names (tests/unit/test_roles.py)
-    stem = rest.split(" | ", 1)[0] if " | " in rest else ""
-    if role in VERIFY_ROLES or stem.startswith(VERIFY_STEM) or rest.startswith(WAIT_HANDLER):
+    stem, _, what = rest.rpartition(" | ") if " | " in rest else ("", "", rest)
+    stem = stem.split(" | ", 1)[0]
+    waits = what.startswith(WAITS)
+    if action in INSTALL_ACTIONS or (waits and stem.startswith("install")):
+        return "install"
+    if stem.startswith(VERIFY_STEM) or (role, stem) in VERIFY_PHASES or waits:
         return "verify"
     return "other"
 

@@ -27,7 +27,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def run_module(path: Path, args: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+def run_module(
+    path: Path, args: dict[str, Any], timeout: float = 120, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The module's result (``env``: its environment, else this process's)."""
     proc = subprocess.run(
         [sys.executable, "-c", _BOOT, str(MODULE_UTILS), str(path)],
         input=json.dumps({"ANSIBLE_MODULE_ARGS": args}),
@@ -35,6 +38,7 @@ def run_module(path: Path, args: dict[str, Any], timeout: float = 120) -> dict[s
         text=True,
         check=False,
         timeout=timeout,
+        env=env,
     )
     assert proc.stdout, proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout)

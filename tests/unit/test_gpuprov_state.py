@@ -34,6 +34,7 @@ class StateModule:
     def __init__(self, records: Path) -> None:
         self.records = records
         self.path = records / "demo.json"
+        self.env: dict[str, str] | None = None  # the module's environment (None: this one's)
 
     def __call__(
         self,
@@ -52,7 +53,7 @@ class StateModule:
             "_ansible_check_mode": check,
             **extra,
         }
-        result = run_module(MODULE, args)
+        result = run_module(MODULE, args, env=self.env)
         assert result.get("failed") or result["changed"] is False, result
         return result
 
@@ -360,6 +361,27 @@ def test_a_package_installed_since_the_record_is_named(module: StateModule) -> N
     module.path.write_text(json.dumps(record), encoding="utf-8")
     differs = module("probe", {"packages": [ABSENT_PACKAGE]})["differs"]
     assert differs == [f"package {ABSENT_PACKAGE}: 1.0 ii -> absent"]
+
+
+def test_packages_on_a_host_without_a_package_manager_fail_naming_them(
+    module: StateModule, tmp_path: Path
+) -> None:
+    """No dpkg-query nor rpm on PATH: a record would hold no reading, and every later probe on
+    that host would match it without reading a package (the review of 2026-12-06)."""
+    (tmp_path / "bin").mkdir()
+    module.env = {**os.environ, "PATH": str(tmp_path / "bin")}
+    spec = {"packages": ["docker.io"]}
+    for state in ("record", "probe"):
+        got = module(state, spec)
+        if state == "probe":  # no record: the probe says so before it reads anything
+            assert got["differs"] == [f"no record of a converge at {module.path}"]
+            continue
+        assert got["failed"] is True
+        assert got["msg"] == (
+            "gpuprov_state for role demo: cannot read the packages docker.io: neither a dpkg "
+            "database (/var/lib/dpkg/status, listing packages) nor rpm on this host"
+        )
+        assert not module.path.exists()
 
 
 # The module: bad arguments fail, naming what is wrong

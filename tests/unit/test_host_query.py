@@ -44,12 +44,14 @@ def _which(*found: str):  # type: ignore[no-untyped-def]
 
 
 def test_dpkg_is_read_where_its_database_is_and_rpm_otherwise(tmp_path: Path) -> None:
-    """An EL host with EPEL's dpkg-query has an empty dpkg directory: its packages are rpm's
-    (before 2026-12-06 gpuprov_state read dpkg there, found every package absent, and the
-    fast path never found a role converged; gpuprov_installed chose rpm)."""
-    empty, debian = tmp_path / "empty", tmp_path / "debian"
+    """An EL host with EPEL's dpkg-query has an empty dpkg database (its package creates an
+    empty status file): its packages are rpm's. Before 2026-12-06 gpuprov_state read dpkg
+    wherever dpkg-query was, and gpuprov_installed wherever the status file was: both found
+    every package absent there, and the fast path never found a role converged."""
+    empty, debian, none = tmp_path / "empty", tmp_path / "debian", tmp_path / "none"
     empty.mkdir()
     debian.mkdir()
+    (empty / "status").write_text("", encoding="ascii")
     (debian / "status").write_text("Package: dpkg\n", encoding="ascii")
     both = _which("dpkg-query", "rpm")
     assert host_query.package_manager(str(debian), both) == "dpkg"
@@ -58,6 +60,7 @@ def test_dpkg_is_read_where_its_database_is_and_rpm_otherwise(tmp_path: Path) ->
     assert host_query.package_manager(str(debian), _which("dpkg-query")) == "dpkg"
     assert host_query.package_manager(str(empty), _which("dpkg-query")) is None
     assert host_query.package_manager(str(debian), _which()) is None
+    assert host_query.package_manager(str(none), both) == "rpm"
 
 
 @pytest.mark.parametrize("name", USERS)

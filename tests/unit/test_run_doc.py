@@ -43,8 +43,8 @@ DOC = {
                     _at(29.5),
                 ),
                 _task(
-                    "gpu_smoke : install | Copy the smoke scripts",
-                    "gpuprov_files",
+                    "gpu_smoke : run | Run the host layers",
+                    "ansible.builtin.command",
                     _at(30),
                     _at(30.25),
                 ),
@@ -82,7 +82,16 @@ def test_the_document_is_found_among_other_callbacks_lines() -> None:
         ("Install the tools", "ansible.builtin.pip", "install"),
         ("model_serving : verify | Probe each endpoint", "ansible.builtin.command", "verify"),
         ("pytorch : verify-python | Import torch", "ansible.builtin.command", "verify"),
-        ("gpu_smoke : install | Copy the smoke scripts", "gpuprov_files", "verify"),
+        ("gpu_smoke : install | Copy the smoke scripts", "gpuprov_files", "other"),
+        ("gpu_smoke : run | Run the host layers", "ansible.builtin.command", "verify"),
+        ("gpu_smoke : report | Assert every required layer passed", "assert", "verify"),
+        ("docker : service | Wait until docker answers", "ansible.builtin.command", "verify"),
+        (
+            "model_serving : install-Debian | Wait for a background install of the Triton packages",
+            "ansible.builtin.command",
+            "install",
+        ),
+        ("a : b | c | Wait for d", "ansible.builtin.command", "verify"),
         ("model_serving : Wait for Triton /v2/health/ready", "ansible.builtin.uri", "verify"),
         ("verify | Write the serving report on the controller", "include_role", "verify"),
         ("docker : configure | Wait for nothing | x", "ansible.builtin.copy", "other"),
@@ -101,6 +110,7 @@ def test_the_time_of_a_run_by_kind() -> None:
         "other": Share(1.0, 2),  # 0.5 + 0.5
     }
     lines = bench_site.time_lines(got, 40.0, 20.0)
+    assert lines[4] == "      outside any task (start, between tasks, the end): 7.2s"  # 40 - 32.75
     assert lines[-1] == (
         "    without the verification: 34.8s / shell 20.0s = 1.74 (the script verifies nothing)"
     )
