@@ -12,8 +12,9 @@
     packages it installed, the same holds, accounts, files, virtual environments (one `pip
     install` of each one's frozen set) and services. It verifies nothing: Ansible's smoke
     tests, readiness waits and reports are part of Ansible's time. The run's own task timings
-    (the json callback) split its time into package installs, verification and every other
-    task, and the ratio without the verification is printed beside the goal's.
+    (the json callback) split its time into package installs, verification, every other task
+    and the time outside any task, and the ratio without the verification is printed beside
+    the goal's (for (b) too).
 (b) the same for site.yml's driver, Docker and toolkit plays alone (validate.yml, plan.yml,
     sources.yml, driver.yml, docker.yml, toolkit.yml), on two more fresh hosts.
 (c) scaling: no-op re-runs of (b)'s plays on 1, 4 and 8 converged hosts, interleaved, two
@@ -109,8 +110,9 @@ def cpu_lines(runs: dict[int, Run], cores: int) -> list[str]:
 
 
 def time_lines(shares: dict[str, Share], t_ansible: float, t_shell: float) -> list[str]:
-    """Where (a)'s Ansible time went, by kind of task (gpuprov_lab.run_doc.time_by_kind), and
-    the ratio without the verification, which the shell script does not do."""
+    """Where a provisioning run's Ansible time went, by kind of task
+    (gpuprov_lab.run_doc.time_by_kind), and the ratio without the verification, which the
+    shell script does not do."""
     words = {
         "install": "package installs (apt, pip)",
         "verify": "verification (verify phases, smoke tests, readiness waits)",
@@ -185,31 +187,33 @@ class Lab:
     def down(self) -> None:
         run([sys.executable, str(LAB_PY), "--lab", self.name, "down"])
 
-    def playbooks(
-        self,
-        playbooks: Sequence[str],
-        limit: Sequence[str],
-        doc: list[dict[str, Any]] | None = None,
-    ) -> float:
-        """The wall time of one run; with ``doc``, the run prints the json callback's document
-        instead of the default output, and it is appended to ``doc``."""
+    def playbooks(self, playbooks: Sequence[str], limit: Sequence[str]) -> float:
+        """The wall time of one run."""
+        return self._run(playbooks, limit, {})[0]
+
+    def provision(self, playbooks: Sequence[str], host: str) -> tuple[float, dict[str, Any]]:
+        """The wall time of one run on ``host`` and its json callback document (the task
+        timings time_lines reports)."""
+        took, proc = self._run(
+            playbooks, [host], {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+        )
+        doc = json_document(proc.stdout)
+        if doc is None:
+            raise BenchError(f"{' '.join(playbooks)}: no json callback document in its output")
+        return took, doc
+
+    def _run(
+        self, playbooks: Sequence[str], limit: Sequence[str], env: dict[str, str]
+    ) -> tuple[float, subprocess.CompletedProcess[str]]:
         argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), *playbooks]
         argv += ["--limit", ",".join(limit)]
         argv += ["-e", f"gpuprov_report_dir={REPO / '.lab' / self.name / 'reports'}"]
-        env = ansible_env(self.name)
-        if doc is not None:
-            env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
         start = time.monotonic()
-        proc = run(argv, cwd=REPO, env=env)
+        proc = run(argv, cwd=REPO, env={**ansible_env(self.name), **env})
         took = time.monotonic() - start
         if proc.returncode != 0:
             raise BenchError(f"{' '.join(argv)} failed:\n{proc.stdout[-4000:]}{proc.stderr}")
-        if doc is not None:
-            found = json_document(proc.stdout)
-            if found is None:
-                raise BenchError(f"{' '.join(argv)}: no json callback document in its output")
-            doc.append(found)
-        return took
+        return took, proc
 
     def ssh(
         self, host: str, script: str, *, stdin: str | None = None
@@ -299,17 +303,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         lab.up()
         # (a) site.yml, then (b) its driver/Docker/toolkit plays, on one fresh host each;
         # the same work by a shell script on another fresh host.
-        provision: dict[str, tuple[float, float]] = {}
-        site_doc: list[dict[str, Any]] = []  # (a)'s run, for where its time went
+        # what -> Ansible's time, the script's, where Ansible's went
+        provision: dict[str, tuple[float, float, dict[str, Share]]] = {}
         for what, playbooks, host, shell_host in (
             ("site.yml", SITE, SITE_HOST, SITE_SHELL_HOST),
             ("driver + docker + toolkit", STACK, ANSIBLE_HOSTS[0], SHELL_HOST),
         ):
             for h in (host, shell_host):
                 lab.ssh(h, f"touch {MARKER}")
-            t_ansible = lab.playbooks(playbooks, [host], site_doc if playbooks is SITE else None)
+            t_ansible, doc = lab.provision(playbooks, host)
             script = shell_script(lab, host, shell_host)
-            provision[what] = (t_ansible, time_script(lab, shell_host, script))
+            t_shell = time_script(lab, shell_host, script)
+            provision[what] = (t_ansible, t_shell, time_by_kind(doc))
         # (c) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
         lab.playbooks(STACK, list(ANSIBLE_HOSTS[1:]))
         noop: dict[int, Run] = {}
@@ -324,12 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep:
             lab.down()
-    for (what, (t_ansible, t_shell)), label in zip(provision.items(), "ab", strict=True):
+    for (what, (t_ansible, t_shell, shares)), label in zip(provision.items(), "ab", strict=True):
         print(f"({label}) provision 1 fresh host, {what}: ansible {t_ansible:.1f}s", end="")
         goal = f" (goal <= {GOAL_PROVISION})" if what == "site.yml" else ""
         print(f" / shell {t_shell:.1f}s = {t_ansible / t_shell:.2f}{goal}")
-        if what == "site.yml":
-            print("\n".join(time_lines(time_by_kind(site_doc[0]), t_ansible, t_shell)))
+        print("\n".join(time_lines(shares, t_ansible, t_shell)))
     for n in FLEETS[1:]:
         print(
             f"(c) no-op re-run: {n} hosts {noop[n].wall:.1f}s / 1 host {noop[1].wall:.1f}s", end=""
@@ -337,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio = noop[n].wall / noop[1].wall
         print(f" = {ratio:.2f}" + (f" (goal <= {GOAL_SCALING})" if n == 8 else ""))
     print("\n".join(cpu_lines(noop, os.cpu_count() or 1)))
-    t_ansible, t_shell = provision["site.yml"]
+    t_ansible, t_shell, _ = provision["site.yml"]
     met = t_ansible / t_shell <= GOAL_PROVISION and noop[8].wall / noop[1].wall <= GOAL_SCALING
     return 0 if met else 1
 

@@ -53,8 +53,8 @@ class Share(NamedTuple):
 def _seconds(task: dict[str, Any]) -> float:
     span = task.get("duration") or {}
     try:
-        start = datetime.fromisoformat(str(span["start"]).replace("Z", "+00:00"))
-        end = datetime.fromisoformat(str(span["end"]).replace("Z", "+00:00"))
+        start = datetime.fromisoformat(str(span["start"]))  # Python 3.11 reads the "Z"
+        end = datetime.fromisoformat(str(span["end"]))
     except (KeyError, ValueError):
         return 0.0
     return max((end - start).total_seconds(), 0.0)
@@ -64,8 +64,8 @@ def kind_of(name: str, action: str) -> str:
     """install, verify or other, for a task named ``name`` (``role : stem | what``, the role
     and file stem of a role's task) that ran ``action``."""
     role, _, rest = name.rpartition(" : ")  # the house's task names (tests/unit/test_roles.py)
-    stem, _, what = rest.rpartition(" | ") if " | " in rest else ("", "", rest)
-    stem = stem.split(" | ", 1)[0]
+    head, _, what = rest.rpartition(" | ")
+    stem = head.split(" | ", 1)[0]
     waits = what.startswith(WAITS)
     if action in INSTALL_ACTIONS or (waits and stem.startswith("install")):
         return "install"
