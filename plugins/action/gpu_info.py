@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 from pathlib import Path
 from types import ModuleType
@@ -148,7 +149,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible-core ships no t
         # scan without become, the roles with it).
         pc = self._play_context
         user = (pc.become_user or "root") if pc.become else (pc.remote_user or "")
-        stamp = {"run": run_id(), "args": args, "user": user}
+        # Plain data: the fact cache keeps the stamp, and Ansible 2.19 decodes a tagged string
+        # (the arguments' and the user's template origins) on every task of every host after.
+        stamp = json.loads(json.dumps({"run": run_id(), "args": args, "user": str(user)}))
         if reuse == "run":
             scan = reusable((task_vars or {}).get("ansible_facts", {}), stamp)
             if scan is not None:

@@ -92,6 +92,11 @@ def test_a_run_reuses_its_own_scan_and_never_an_earlier_runs(tmp_path: Path) -> 
         "scan 3 forced": (False, 2),
         "scan 4 reused": (True, 2),
     }
+    # The cached stamp is plain data: a template origin (the playbook's arguments) kept as a
+    # tagged string is decoded again for every later task of every host.
+    cached = [f.read_text(encoding="utf-8") for f in (tmp_path / "facts").iterdir()]
+    assert cached
+    assert all("gpu_info_scan" in c and "__ansible_type" not in c for c in cached)
     # A later run with the same fact cache: the cached scan is another run's, so it scans.
     second.joinpath("device").write_text("0x17fd\n", encoding="ascii")  # now an M40
     book.write_text(
