@@ -26,7 +26,8 @@ description:
   - This is not a stamp that trusts itself; every run reads the managed state again, so a
     deleted file, a stopped service, an unheld package or a broken import is found.
   - O(state=forget) removes the record; a role does so before it changes anything, so that a
-    run cut short leaves no record and the next run converges in full.
+    run cut short leaves no record and the next run converges in full. A probe says whether
+    there is a record file to remove (RV(recorded)): on a fresh host there is none.
   - Writing or removing the record is bookkeeping, never reported as a change.
 version_added: "0.3.0"
 author: gpuprov contributors
@@ -93,6 +94,10 @@ differs:
 record:
   description: The record's path.
   type: str
+  returned: always
+recorded:
+  description: Whether a file is at the record's path (readable or not), before this call.
+  type: bool
   returned: always
 """
 
@@ -400,7 +405,13 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         spec = spec_of(params["spec"])
     except (ValueError, TypeError) as exc:
         module.fail_json(msg=f"gpuprov_state for role {params['role']}: {exc}")
-    result: dict[str, Any] = {"changed": False, "record": path, "converged": False, "differs": []}
+    result: dict[str, Any] = {
+        "changed": False,
+        "record": path,
+        "recorded": os.path.lexists(path),
+        "converged": False,
+        "differs": [],
+    }
     try:
         if params["state"] == "probe":
             differs = compare(load_record(path), params["inputs"], spec, path)

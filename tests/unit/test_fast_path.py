@@ -104,6 +104,8 @@ def test_probe_then_one_gated_include_forget_first_record_last(role: str) -> Non
     phases = [t for t in phases_all if "gpuprov_state" not in t]
     # Forget comes before every change phase (a preflight that changes nothing may precede).
     forget = next(c for c in calls if c["gpuprov_state"].get("state") == "forget")
+    # ... and is skipped where the probe found no record file (a fresh host): nothing to remove.
+    assert forget["when"] == f"__{role}_state.recorded | default(true)"
     later = phases_all[phases_all.index(forget) + 1 :]
     assert all("preflight" not in str(t.get("import_tasks", t)) for t in later)
     assert phases, "the change phases are in converge.yml"

@@ -129,19 +129,23 @@ def test_record_then_probe_is_converged(module: StateModule, tmp_path: Path) -> 
     assert probed["converged"] is True
     assert probed["differs"] == []
     assert probed["record"] == str(module.path)
+    assert probed["recorded"] is True
 
 
 def test_no_record_is_not_converged(module: StateModule) -> None:
     probed = module("probe", {"paths": ["/etc/hostname"]})
     assert probed["converged"] is False
     assert probed["differs"] == [f"no record of a converge at {module.path}"]
+    assert probed["recorded"] is False  # the roles skip their forget: nothing to remove
 
 
 def test_an_unreadable_record_is_no_record(module: StateModule) -> None:
     spec = {"paths": ["/etc/hostname"]}
     module("record", spec)
     module.path.write_text("{not json", encoding="utf-8")
-    assert module("probe", spec)["differs"] == [f"no record of a converge at {module.path}"]
+    probed = module("probe", spec)
+    assert probed["differs"] == [f"no record of a converge at {module.path}"]
+    assert probed["recorded"] is True  # but a file to remove before the role changes anything
 
 
 def test_changed_inputs_are_named(module: StateModule) -> None:
