@@ -40,6 +40,13 @@ def package_manager(
     return None
 
 
+def no_package_manager(admindir: str = DPKG_ADMINDIR) -> str:
+    """Why package_manager() found none, in the words every module that reads packages uses."""
+    return (
+        f"neither a dpkg database ({admindir}/status, listing packages) nor rpm on this host's PATH"
+    )
+
+
 def dpkg_rows(output: str) -> list[tuple[str, str, str]]:
     """(name, version, status abbreviation such as ``ii`` or ``hi``) per line of
     ``dpkg-query -W`` with DPKG_FORMAT; lines of another shape are left out."""

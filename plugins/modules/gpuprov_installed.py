@@ -177,7 +177,7 @@ def run(module: AnsibleModule) -> dict[str, object]:
             parse = parse_rpm
         else:
             module.fail_json(
-                msg=f"Neither a dpkg database ({admindir}) nor rpm on this host's PATH.", **unread
+                msg=f"cannot read the packages: {_hq.no_package_manager(admindir)}", **unread
             )
         rc, out, err = module.run_command(argv)
         if rc != 0:

@@ -215,8 +215,7 @@ def read_packages(names: list[str]) -> dict[str, str]:
         found.update(_hq.rpm_rows(proc.stdout.decode(errors="replace")))
     else:
         raise UnreadablePackages(
-            f"cannot read the packages {', '.join(names)}: neither a dpkg database "
-            f"({_hq.DPKG_ADMINDIR}/status, listing packages) nor rpm on this host"
+            f"cannot read the packages {', '.join(names)}: {_hq.no_package_manager()}"
         )
     return {name: found.get(name, "absent") for name in names}
 

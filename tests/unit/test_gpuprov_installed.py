@@ -139,5 +139,8 @@ def test_a_failed_read_leaves_the_packages_out(tmp_path: Path) -> None:
     installed" to a caller that tolerates the failure (gpu_smoke's report)."""
     result = run_module(MODULE, {"packages": ["nvidia-smi"], "admindir": str(tmp_path)})
     assert result["failed"] is True
-    assert f"Neither a dpkg database ({tmp_path})" in result["msg"]
+    assert result["msg"] == (
+        f"cannot read the packages: neither a dpkg database ({tmp_path}/status, listing "
+        "packages) nor rpm on this host's PATH"
+    )
     assert "packages" not in result

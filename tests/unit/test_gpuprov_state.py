@@ -383,7 +383,7 @@ def test_packages_on_a_host_without_a_package_manager_fail_naming_them(
         assert got["failed"] is True
         assert got["msg"] == (
             "gpuprov_state for role demo: cannot read the packages docker.io: neither a dpkg "
-            "database (/var/lib/dpkg/status, listing packages) nor rpm on this host"
+            "database (/var/lib/dpkg/status, listing packages) nor rpm on this host's PATH"
         )
         assert not module.path.exists()
 
