@@ -27,7 +27,7 @@ description:
     deleted file, a stopped service, an unheld package or a broken import is found.
   - O(state=forget) removes the record; a role does so before it changes anything, so that a
     run cut short leaves no record and the next run converges in full. A probe says whether
-    there is a record file to remove (RV(recorded)): on a fresh host there is none.
+    there is a record file to remove (RV(recorded); on a fresh host there is none).
   - Writing or removing the record is bookkeeping, never reported as a change.
 version_added: "0.3.0"
 author: gpuprov contributors
