@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 BRANCH = "pulled"
 STATE = "/var/lib/gpuprov/pull/last-run.json"
 LOCK = "/var/lib/gpuprov/pull/lock"
+HOLD = "/var/lib/gpuprov/pull/push-run.json"  # a controller run's hold on pull runs
 PULL_DEFAULTS = yaml.safe_load((REPO / "roles/gpuprov_pull/defaults/main.yml").read_text())
 PREFIX = str(PULL_DEFAULTS["gpuprov_pull_prefix"])
 PULL_PY = f"{PREFIX}/venv/bin/python"
@@ -237,14 +238,45 @@ def test_the_timer_converges_the_host_from_git_and_reports_to_s3(
 def test_a_run_while_one_holds_the_lock_does_nothing(lab: Lab, pull_host: str) -> None:
     """Started while another run holds the lock: says so and exits 0 at once (no second pull)."""
     before = host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip()
-    hold = f"setsid -f flock {LOCK} sleep 60 </dev/null >/dev/null 2>&1"
+    # -o: the lock's descriptor closed in sleep, so that killing flock at the end releases it
+    hold = f"setsid -f flock -o {LOCK} sleep 60 </dev/null >/dev/null 2>&1"
     held = host_run(lab, pull_host, f"{hold}; sleep 1; systemctl start gpuprov-pull.service")
     assert held.returncode == 0, held.stderr
     journal = host_run(lab, pull_host, "journalctl -u gpuprov-pull --no-pager -n 5").stdout
     assert f"another run holds {LOCK}" in journal, journal
     assert host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip() == before
     assert host_run(lab, pull_host, f"stat -c '%a %U' {LOCK}").stdout.strip() == "600 root"
-    host_run(lab, pull_host, f"pkill -f 'flock {LOCK}' || true")
+    # The lock goes with the holder: the next test takes a hold, which a held lock refuses.
+    assert host_run(lab, pull_host, f"pkill -f 'flock -o {LOCK}'").returncode == 0
+
+
+def test_a_controller_run_holds_pull_runs_off_until_its_end(
+    lab: Lab, pull_host: str, tmp_path: Path
+) -> None:
+    """site.yml's first play (pull_hold.yml) holds the host's pull runs off, its last
+    (pull_release.yml) lets them go on: a pull started in between says so and pulls nothing.
+    The plays alone here (site.yml's are these two files); a hold refused while a pull run
+    converges the host: tests/unit/test_pull_run.py."""
+    group = tmp_path / "pull_nodes.yml"
+    group.write_text(yaml.safe_dump({"pull_nodes": {"hosts": {pull_host: None}}}))
+    before = host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip()
+    books = ("playbooks/pull_hold.yml", "-i", str(group), "-l", pull_host)
+    try:
+        held = lab.ansible_playbook(*books)
+        assert held.returncode == 0, held.stdout[-3000:]
+        assert host_run(lab, pull_host, f"test -f {HOLD}").returncode == 0
+        started = host_run(lab, pull_host, "systemctl start gpuprov-pull.service")
+        assert started.returncode == 0, started.stderr
+        journal = host_run(lab, pull_host, "journalctl -u gpuprov-pull --no-pager -n 5").stdout
+        assert "gpuprov-pull: a controller run (" in journal, journal
+        assert "this one stops" in journal, journal
+        assert host_run(lab, pull_host, f"stat -c %Y {STATE}").stdout.strip() == before
+        # The hold and this release in one run, as site.yml's first and last plays.
+        released = lab.ansible_playbook(*books[:1], "playbooks/pull_release.yml", *books[1:])
+        assert released.returncode == 0, released.stdout[-3000:]
+        assert host_run(lab, pull_host, f"test -e {HOLD}").returncode == 1
+    finally:
+        host_run(lab, pull_host, f"rm -f {HOLD}")  # a failed assertion holds no later test off
 
 
 def test_a_bad_schedule_is_refused_and_disabling_stops_the_timer_and_removes_secrets(

@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import gpuprov_pull_run as pull
 import pytest
+import yaml
 
 SCRIPT = Path(pull.__file__)
 
@@ -151,6 +153,167 @@ def test_a_run_while_another_holds_the_lock_stops_without_pulling(tmp_path: Path
     assert (tmp_path / "fake.json").exists()
 
 
+def run_mode(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The wrapper as site.yml's hold and release plays run it: --hold CONTROLLER, --release."""
+    argv = [sys.executable, str(SCRIPT), *args, str(config)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def test_a_controller_runs_hold_stops_pull_runs_until_its_release(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    before = time.time()
+    held = run_mode(config, "--hold", "ops on admin1", "run-a", "3600")
+    after = time.time()
+    assert held.returncode == 0, held.stderr
+    hold = json.loads((tmp_path / "state" / "push-run.json").read_text())
+    assert (hold["controller"], hold["run"]) == ("ops on admin1", "run-a")
+    assert before + 3600 <= hold["ends"] <= after + 3600  # SECONDS from now
+    proc = run_script(config, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "a controller run (ops on admin1, since " in proc.stdout
+    assert f"or {hold['until']}; this one stops" in proc.stdout
+    assert f"remove {tmp_path / 'state' / 'push-run.json'}" in proc.stdout  # the way out
+    assert not (tmp_path / "fake.json").exists()  # no pull
+    assert not (tmp_path / "state" / "last-run.json").exists()  # no report of a run not made
+    released = run_mode(config, "--release", "run-a")
+    assert released.returncode == 0
+    assert "pull runs on h1 go on" in released.stdout
+    assert not (tmp_path / "state" / "push-run.json").exists()
+    assert run_script(config, tmp_path).returncode == 0
+    assert (tmp_path / "fake.json").exists()  # released: the next run pulls
+    again = run_mode(config, "--release", "run-a")
+    assert again.returncode == 0
+    assert "no hold at" in again.stdout  # nothing held is fine, and said
+
+
+def test_a_run_releases_its_own_hold_only(tmp_path: Path) -> None:
+    """Run B took the hold over (A was cut short, or the two overlap): A's release leaves it."""
+    config = make_config(tmp_path)
+    hold = tmp_path / "state" / "push-run.json"
+    assert run_mode(config, "--hold", "ops on admin1", "run-a", "600").returncode == 0
+    assert run_mode(config, "--hold", "ops on admin2", "run-b", "600").returncode == 0
+    kept = run_mode(config, "--release", "run-a")
+    assert kept.returncode == 0
+    assert "is another run's (ops on admin2); it stays" in kept.stdout
+    assert json.loads(hold.read_text())["run"] == "run-b"
+    assert run_mode(config, "--release", "run-b").returncode == 0
+    assert not hold.exists()
+
+
+def test_a_late_release_says_the_hold_had_expired(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    assert run_mode(config, "--hold", "ops on admin1", "run-a", "1").returncode == 0
+    time.sleep(1.1)
+    late = run_mode(config, "--release", "run-a")
+    assert "(the hold had expired at " in late.stdout  # pull runs may have run beside it
+
+
+def test_a_hold_is_refused_while_a_pull_run_holds_the_lock(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    lock = tmp_path / "run" / "pull.lock"
+    lock.parent.mkdir(parents=True)
+    with lock.open("a") as pulling:
+        fcntl.flock(pulling, fcntl.LOCK_EX)
+        proc = run_mode(config, "--hold", "ops on admin1", "run-a", "600")
+    assert proc.returncode == pull.HOLD_REFUSED
+    assert f"a pull run is converging h1 (it holds {lock})" in proc.stderr
+    assert "stop gpuprov-pull.timer" in proc.stderr
+    assert not (tmp_path / "state" / "push-run.json").exists()  # taken back: pulls go on
+
+
+@pytest.mark.parametrize("content", ['{"controller": "ops", "ends": 1000.0}', "{half"])
+def test_an_expired_or_unreadable_hold_is_removed_and_the_run_pulls(
+    tmp_path: Path, content: str
+) -> None:
+    """A controller run cut short (its hold expired) or a hold file half written: pulls go on."""
+    config = make_config(tmp_path)
+    hold = tmp_path / "state" / "push-run.json"
+    hold.parent.mkdir(parents=True)
+    hold.write_text(content)
+    proc = run_script(config, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{hold} is expired or unreadable; removed" in proc.stdout
+    assert (tmp_path / "fake.json").exists()
+    assert not hold.exists()
+
+
+def test_the_pull_run_says_so_to_its_playbook(tmp_path: Path) -> None:
+    """site.yml's hold plays skip in a pull run (GPUPROV_PULL_RUN: test_the_hold_and_release_plays),
+    which holds the lock the hold would wait for."""
+    assert run_script(make_config(tmp_path), tmp_path).returncode == 0
+    assert json.loads((tmp_path / "fake.json").read_text())["env"]["GPUPROV_PULL_RUN"] == "1"
+
+
+def _hold_play(
+    tmp_path: Path, *args: str, rc: int = 0, venv: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook ARGS for real, over the local connection, on h1 in pull_nodes: pull
+    mode set up under tmp_path (the run config of make_config and, with ``venv``, a pull venv
+    whose Python is this one). The plays run the controller's copy of the wrapper."""
+    prefix = tmp_path / "prefix"
+    if not (tmp_path / "config.json").exists():
+        make_config(tmp_path)
+    python = prefix / "venv" / "bin" / "python"
+    if venv and not python.exists():
+        python.parent.mkdir(parents=True)
+        python.symlink_to(sys.executable)
+    h1 = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "ansible_become": False,  # the plays become root; this test runs as whoever runs it
+        "gpuprov_pull_prefix": str(prefix),
+        "gpuprov_pull_config_dir": str(tmp_path),
+        "gpuprov_pull_push_hold": 600,
+    }
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"pull_nodes": {"hosts": {"h1": h1}}}))
+    root = SCRIPT.parents[3]
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory)]
+    full = {
+        **{k: v for k, v in os.environ.items() if k != "GPUPROV_PULL_RUN"},
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+        **env,
+    }
+    books = [str(root / "playbooks" / a) if a.endswith(".yml") else a for a in args]
+    proc = subprocess.run(
+        [*argv, *books], capture_output=True, text=True, env=full, cwd=root, check=False
+    )
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    return proc
+
+
+def test_the_hold_and_release_plays(tmp_path: Path) -> None:
+    hold = tmp_path / "state" / "push-run.json"
+    _hold_play(tmp_path, "pull_hold.yml", venv=False)  # pull mode not set up here: nothing
+    assert not hold.exists()
+    _hold_play(tmp_path, "pull_hold.yml", GPUPROV_PULL_RUN="1")  # a pull run's own site.yml
+    _hold_play(tmp_path, "pull_hold.yml", "--check")  # a check changes nothing, holds nothing
+    assert not hold.exists()
+    # Under --tags of one phase, as site.yml runs it: held, then released by its own run.
+    _hold_play(tmp_path, "pull_hold.yml", "pull_release.yml", "--tags", "nvidia_driver")
+    assert not hold.exists()
+    _hold_play(tmp_path, "pull_hold.yml", "--tags", "nvidia_driver")
+    doc = json.loads(hold.read_text())
+    assert doc["controller"].endswith(f" on {os.uname().nodename}")
+    assert doc["run"].startswith(doc["controller"])
+    assert 590 < doc["ends"] - time.time() <= 600  # gpuprov_pull_push_hold
+    _hold_play(tmp_path, "pull_release.yml")  # another run: not its hold
+    assert json.loads(hold.read_text()) == doc
+    with (tmp_path / "run" / "pull.lock").open("a") as pulling:
+        fcntl.flock(pulling, fcntl.LOCK_EX)
+        refused = _hold_play(tmp_path, "pull_hold.yml", rc=2)
+    assert "a pull run is converging h1" in refused.stdout
+    assert not hold.exists()
+
+
+def test_site_yml_holds_pulls_first_and_releases_them_last() -> None:
+    site = yaml.safe_load((SCRIPT.parents[3] / "playbooks" / "site.yml").read_text())
+    books = [play["ansible.builtin.import_playbook"] for play in site]
+    assert books[:2] == ["validate.yml", "pull_hold.yml"]  # before any change to a host
+    assert books[-1] == "pull_release.yml"
+
+
 def test_no_vault_file_and_no_inventories_give_no_options(tmp_path: Path) -> None:
     config = json.loads(make_config(tmp_path).read_text())
     config.update(vault_password_file="", inventories=[], host_inventory="")
@@ -227,8 +390,20 @@ def test_a_bad_config_exits_2_naming_it(tmp_path: Path, content: str, named: str
     assert str(path) in proc.stderr
 
 
-def test_usage() -> None:
-    assert pull.main([]) == 2
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--hold", "c.json"],
+        ["--hold", "ops", "run-a", "0", "c.json"],  # no hold at all
+        ["--hold", "ops", "run-a", "4h", "c.json"],  # seconds
+        ["--release", "c.json"],
+        ["--release", "run-a", "b", "c.json"],
+        ["--x", "c.json"],
+    ],
+)
+def test_usage(argv: list[str]) -> None:
+    assert pull.main(argv) == 2
 
 
 def test_the_unit_runs_the_script_with_the_venvs_python() -> None:

@@ -20,12 +20,25 @@ Started by gpuprov-pull.service (its timer, or `systemctl start gpuprov-pull`) a
    inventory is relative: the repository's lie in the checkout, and the per-host file is
    ``../host-inventory.yml``, beside the checkout (gpuprov_pull_prefix), which from / is
    /host-inventory.yml: absent.
+   Its environment says it is a pull run (GPUPROV_PULL_RUN=1): site.yml's hold plays skip.
 3. The report: host, times, exit code, verdict, the recap, the commit that ran and the
    host's plan (reports/plan/<host>.json that plan.yml wrote in the checkout), written to
    state_dir/last-run.json and, when config["report"] names an s3:// URL, uploaded to
    <prefix>/<host>/latest.json and <prefix>/<host>/<finished>.json with boto3. The S3 keys
    come only from the environment (systemd's EnvironmentFile, mode 0600) and are taken out
    of the environment of ansible-pull.
+
+A controller run of site.yml holds pulls off while it converges the host
+(playbooks/pull_hold.yml at its start, pull_release.yml at its end; they run the controller's
+copy of this script, whatever copy the host has, with ``--hold CONTROLLER RUN SECONDS`` and
+``--release RUN``): the hold is a file, state_dir/push-run.json, naming the controller, the
+run (a token of that ansible-playbook run) and an expiry, SECONDS from now
+(gpuprov_pull_push_hold: a controller run cut short holds pulls off no longer than that).
+``--hold`` writes it (taking over another run's: one cut short is re-run), then tries the
+lock: a pull run holds it, so the hold is taken back and the controller run refused (exit 3).
+A pull run checks for the file after it takes the lock, and stops (exit 0) while one is in
+force. Whichever of the two comes second sees the other. ``--release`` removes the hold of its
+own run only (another run's, which took it over, stays) and says when there was none.
 
 Exit status: ansible-pull's, and 1 when it exited 0 but the verdict is "failed" (no recap:
 the repository's ansible.cfg must enable the gpuprov_remote callback); 1 when the report could
@@ -50,6 +63,9 @@ from typing import Any
 
 # The environment variables only the report needs: never handed to the playbook.
 SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# A controller run's hold on pull runs, in the state directory.
+HOLD_FILE = "push-run.json"
+HOLD_REFUSED = 3  # --hold's exit status while a pull run holds the lock
 
 
 class ConfigError(Exception):
@@ -130,6 +146,7 @@ def pull_env(environ: Mapping[str, str], config: Mapping[str, Any], recap: Path)
         p for p in (str(config["checkout"]), environ.get("PYTHONPATH", "")) if p
     )
     env["GPUPROV_RECAP_FILE"] = str(recap)
+    env["GPUPROV_PULL_RUN"] = "1"  # site.yml's hold plays are for controller runs
     env.setdefault("ANSIBLE_FORCE_COLOR", "0")
     return env
 
@@ -212,11 +229,90 @@ def upload(report: Mapping[str, Any], target: Mapping[str, Any]) -> None:
         client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
 
 
+def state_dir_of(config: Mapping[str, Any]) -> Path:
+    return Path(config.get("state_dir") or "/var/lib/gpuprov/pull")
+
+
+def hold(
+    config: Mapping[str, Any], controller: str, run_token: str, seconds: int, now: float
+) -> int:
+    """--hold: hold pull runs off for a controller run (exit 0), or refuse while one runs."""
+    path = state_dir_of(config) / HOLD_FILE
+    doc = {
+        "controller": controller,
+        "run": run_token,
+        "since": iso(now),
+        "until": iso(now + seconds),
+        "ends": now + seconds,
+    }
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    tmp = path.with_name(f"{HOLD_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    # After the file is there: a pull run that takes the lock from now on sees it.
+    with locked(Path(config["lock"])) as free:
+        if free:
+            print(f"gpuprov-pull: pull runs on {config['host']} held off until {doc['until']}")
+            return 0
+    path.unlink(missing_ok=True)
+    print(
+        f"gpuprov-pull: a pull run is converging {config['host']} (it holds {config['lock']}):"
+        " run again when it has finished (journalctl -u gpuprov-pull shows it), or stop"
+        " gpuprov-pull.timer and wait for it before controller runs",
+        file=sys.stderr,
+    )
+    return HOLD_REFUSED
+
+
+def release(config: Mapping[str, Any], run_token: str, now: float) -> int:
+    """--release: this controller run is over; pull runs go on (its own hold only)."""
+    path = state_dir_of(config) / HOLD_FILE
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        print(f"gpuprov-pull: no hold at {path}: pull runs went on")
+        return 0
+    if doc.get("run") != run_token:
+        print(f"gpuprov-pull: {path} is another run's ({doc.get('controller')}); it stays")
+        return 0
+    path.unlink(missing_ok=True)
+    late = isinstance(doc.get("ends"), (int, float)) and doc["ends"] <= now
+    print(
+        f"gpuprov-pull: pull runs on {config['host']} go on"
+        + (f" (the hold had expired at {doc.get('until')})" if late else "")
+    )
+    return 0
+
+
+def held_off(config: Mapping[str, Any], now: float) -> dict[str, Any] | None:
+    """The controller run's hold in force, if any. An expired or unreadable hold file is
+    removed (a controller run cut short, or a file half written): pulls go on."""
+    path = state_dir_of(config) / HOLD_FILE
+    if not path.exists():
+        return None
+    doc = read_json(path)
+    if isinstance(doc, dict) and isinstance(doc.get("ends"), (int, float)) and doc["ends"] > now:
+        return doc
+    print(f"gpuprov-pull: {path} is expired or unreadable; removed", flush=True)
+    path.unlink(missing_ok=True)
+    return None
+
+
 def run(config: Mapping[str, Any], environ: Mapping[str, str]) -> int:
-    state_dir = Path(config.get("state_dir") or "/var/lib/gpuprov/pull")
+    state_dir = state_dir_of(config)
     with locked(Path(config["lock"])) as held:
         if not held:
             print(f"gpuprov-pull: another run holds {config['lock']}; this one stops", flush=True)
+            return 0
+        push = held_off(config, time.time())
+        if push is not None:
+            print(
+                f"gpuprov-pull: a controller run ({push.get('controller')}, since"
+                f" {push.get('since')}) is converging this host; pull runs wait until it ends"
+                f" or {push.get('until')}; this one stops. If that run has ended without"
+                " releasing them (cut short, or failed on this host): run site.yml again, or"
+                f" remove {state_dir / HOLD_FILE}",
+                flush=True,
+            )
             return 0
         with tempfile.TemporaryDirectory(prefix="gpuprov-pull-") as tmp:
             recap_path = Path(tmp) / "recap.json"
@@ -248,16 +344,30 @@ def run(config: Mapping[str, Any], environ: Mapping[str, str]) -> int:
         return rc or (0 if report["verdict"] == "converged" else 1)
 
 
+USAGE = "usage: gpuprov_pull_run.py [--hold CONTROLLER RUN SECONDS | --release RUN] CONFIG.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: gpuprov_pull_run.py CONFIG.json", file=sys.stderr)
+    mode, options = "run", args[:-1]
+    if args[:1] == ["--hold"] and len(args) == 5 and args[3].isdigit() and int(args[3]) > 0:
+        mode = "hold"
+    elif args[:1] == ["--release"] and len(args) == 3:
+        mode = "release"
+    elif options:
+        mode = "usage"
+    if mode == "usage" or len(args) < 1 or args[-1].startswith("--"):
+        print(USAGE, file=sys.stderr)
         return 2
     try:
-        config = load_config(Path(args[0]))
+        config = load_config(Path(args[-1]))
     except ConfigError as exc:
         print(f"gpuprov-pull: {exc}", file=sys.stderr)
         return 2
+    if mode == "hold":
+        return hold(config, options[1], options[2], int(options[3]), time.time())
+    if mode == "release":
+        return release(config, options[1], time.time())
     return run(config, os.environ)
 
 
