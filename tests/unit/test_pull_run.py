@@ -6,12 +6,14 @@ on a lab host (tests/lab/test_pull.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,16 @@ def make_config(tmp_path: Path, *, rc: int = 0, failures: int = 0, **extra: Any)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     return path
+
+
+@contextlib.contextmanager
+def pull_running(tmp_path: Path) -> Iterator[Path]:
+    """The lock of make_config's run held, as a pull run holds it; yields its path."""
+    lock = tmp_path / "run" / "pull.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield lock
 
 
 BASE = {k: "x" for k in ("host", "repo_url", "version", "playbook", "checkout", "venv", "lock")}
@@ -141,10 +153,7 @@ def test_the_lock_file_is_root_only(tmp_path: Path) -> None:
 
 def test_a_run_while_another_holds_the_lock_stops_without_pulling(tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    lock = tmp_path / "run" / "pull.lock"
-    lock.parent.mkdir(parents=True)
-    with lock.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with pull_running(tmp_path):
         proc = run_script(config, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "another run holds" in proc.stdout
@@ -210,10 +219,7 @@ def test_a_late_release_says_the_hold_had_expired(tmp_path: Path) -> None:
 
 def test_a_hold_is_refused_while_a_pull_run_holds_the_lock(tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    lock = tmp_path / "run" / "pull.lock"
-    lock.parent.mkdir(parents=True)
-    with lock.open("a") as pulling:
-        fcntl.flock(pulling, fcntl.LOCK_EX)
+    with pull_running(tmp_path) as lock:
         proc = run_mode(config, "--hold", "ops on admin1", "run-a", "600")
     assert proc.returncode == pull.HOLD_REFUSED
     assert f"a pull run is converging h1 (it holds {lock})" in proc.stderr
@@ -300,8 +306,7 @@ def test_the_hold_and_release_plays(tmp_path: Path) -> None:
     assert 590 < doc["ends"] - time.time() <= 600  # gpuprov_pull_push_hold
     _hold_play(tmp_path, "pull_release.yml")  # another run: not its hold
     assert json.loads(hold.read_text()) == doc
-    with (tmp_path / "run" / "pull.lock").open("a") as pulling:
-        fcntl.flock(pulling, fcntl.LOCK_EX)
+    with pull_running(tmp_path):
         refused = _hold_play(tmp_path, "pull_hold.yml", rc=2)
     assert "a pull run is converging h1" in refused.stdout
     assert not hold.exists()
