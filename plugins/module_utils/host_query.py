@@ -43,7 +43,8 @@ def package_manager(
 def no_package_manager(admindir: str = DPKG_ADMINDIR) -> str:
     """Why package_manager() found none, in the words every module that reads packages uses."""
     return (
-        f"neither a dpkg database ({admindir}/status, listing packages) nor rpm on this host's PATH"
+        f"neither dpkg-query with a package database ({admindir}/status, listing packages) "
+        "nor rpm on this host's PATH"
     )
 
 

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 import yaml
 
@@ -106,6 +107,14 @@ def test_probe_then_one_gated_include_forget_first_record_last(role: str) -> Non
     forget = next(c for c in calls if c["gpuprov_state"].get("state") == "forget")
     # ... and is skipped where the probe found no record file (a fresh host): nothing to remove.
     assert forget["when"] == f"__{role}_state.recorded | default(true)"
+    # A probe skipped by its own condition registers no `recorded`: then it forgets.
+    forgets = jinja2.Environment(autoescape=True).compile_expression(forget["when"])
+    assert [
+        forgets(**{f"__{role}_state": r}) for r in ({"skipped": True}, {"recorded": False})
+    ] == [
+        True,
+        False,
+    ]
     later = phases_all[phases_all.index(forget) + 1 :]
     assert all("preflight" not in str(t.get("import_tasks", t)) for t in later)
     assert phases, "the change phases are in converge.yml"

@@ -140,7 +140,7 @@ def test_a_failed_read_leaves_the_packages_out(tmp_path: Path) -> None:
     result = run_module(MODULE, {"packages": ["nvidia-smi"], "admindir": str(tmp_path)})
     assert result["failed"] is True
     assert result["msg"] == (
-        f"cannot read the packages: neither a dpkg database ({tmp_path}/status, listing "
-        "packages) nor rpm on this host's PATH"
+        f"cannot read the packages: neither dpkg-query with a package database ({tmp_path}"
+        "/status, listing packages) nor rpm on this host's PATH"
     )
     assert "packages" not in result

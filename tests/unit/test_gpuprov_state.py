@@ -382,8 +382,9 @@ def test_packages_on_a_host_without_a_package_manager_fail_naming_them(
             continue
         assert got["failed"] is True
         assert got["msg"] == (
-            "gpuprov_state for role demo: cannot read the packages docker.io: neither a dpkg "
-            "database (/var/lib/dpkg/status, listing packages) nor rpm on this host's PATH"
+            "gpuprov_state for role demo: cannot read the packages docker.io: neither "
+            "dpkg-query with a package database (/var/lib/dpkg/status, listing packages) nor "
+            "rpm on this host's PATH"
         )
         assert not module.path.exists()
 

@@ -4,6 +4,7 @@ prints an error for a block it cannot parse (a ": " in a plain scalar) and still
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,23 @@ def test_the_plugins_are_found() -> None:
     assert len([p for p in FILES if "DOCUMENTATION" in _blocks(p)]) > 10
 
 
+# What each block is once read: a mapping of options or return values; examples are a list
+# of tasks (a module's) or text (a filter's).
+SHAPES: dict[str, tuple[type, ...]] = {"DOCUMENTATION": (dict,), "RETURN": (dict,)}
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_the_documentation_blocks_are_yaml(path: Path) -> None:
-    for name, text in _blocks(path).items():
+    source = path.read_text(encoding="utf-8")
+    blocks = _blocks(path)
+    # A block assigned some other way (annotated, built) would be read as missing here.
+    for name in BLOCKS:
+        if re.search(rf"^{name}\b", source, re.M):
+            assert name in blocks, f"{path.name}: {name} is not a plain string assignment"
+    for name, text in blocks.items():
         try:
-            yaml.safe_load(text)
+            doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             pytest.fail(f"{path.relative_to(PLUGINS.parent)} {name}: {exc}")
+        if name in SHAPES and doc is not None:
+            assert isinstance(doc, SHAPES[name]), f"{path.name}: {name} reads as {type(doc)}"
