@@ -233,11 +233,15 @@ def state_dir_of(config: Mapping[str, Any]) -> Path:
     return Path(config.get("state_dir") or "/var/lib/gpuprov/pull")
 
 
+def hold_path(config: Mapping[str, Any]) -> Path:
+    return state_dir_of(config) / HOLD_FILE
+
+
 def hold(
     config: Mapping[str, Any], controller: str, run_token: str, seconds: int, now: float
 ) -> int:
     """--hold: hold pull runs off for a controller run (exit 0), or refuse while one runs."""
-    path = state_dir_of(config) / HOLD_FILE
+    path = hold_path(config)
     doc = {
         "controller": controller,
         "run": run_token,
@@ -266,7 +270,7 @@ def hold(
 
 def release(config: Mapping[str, Any], run_token: str, now: float) -> int:
     """--release: this controller run is over; pull runs go on (its own hold only)."""
-    path = state_dir_of(config) / HOLD_FILE
+    path = hold_path(config)
     doc = read_json(path)
     if not isinstance(doc, dict):
         print(f"gpuprov-pull: no hold at {path}: pull runs went on")
@@ -286,7 +290,7 @@ def release(config: Mapping[str, Any], run_token: str, now: float) -> int:
 def held_off(config: Mapping[str, Any], now: float) -> dict[str, Any] | None:
     """The controller run's hold in force, if any. An expired or unreadable hold file is
     removed (a controller run cut short, or a file half written): pulls go on."""
-    path = state_dir_of(config) / HOLD_FILE
+    path = hold_path(config)
     if not path.exists():
         return None
     doc = read_json(path)
@@ -310,7 +314,7 @@ def run(config: Mapping[str, Any], environ: Mapping[str, str]) -> int:
                 f" {push.get('since')}) is converging this host; pull runs wait until it ends"
                 f" or {push.get('until')}; this one stops. If that run has ended without"
                 " releasing them (cut short, or failed on this host): run site.yml again, or"
-                f" remove {state_dir / HOLD_FILE}",
+                f" remove {hold_path(config)}",
                 flush=True,
             )
             return 0
@@ -349,14 +353,14 @@ USAGE = "usage: gpuprov_pull_run.py [--hold CONTROLLER RUN SECONDS | --release R
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    mode, options = "run", args[:-1]
+    mode, options = None, args[:-1]
     if args[:1] == ["--hold"] and len(args) == 5 and args[3].isdigit() and int(args[3]) > 0:
         mode = "hold"
     elif args[:1] == ["--release"] and len(args) == 3:
         mode = "release"
-    elif options:
-        mode = "usage"
-    if mode == "usage" or len(args) < 1 or args[-1].startswith("--"):
+    elif len(args) == 1:
+        mode = "run"
+    if mode is None or args[-1].startswith("--"):
         print(USAGE, file=sys.stderr)
         return 2
     try:
