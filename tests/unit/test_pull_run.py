@@ -80,11 +80,14 @@ def pull_running(tmp_path: Path) -> Iterator[Path]:
 BASE = {k: "x" for k in ("host", "repo_url", "version", "playbook", "checkout", "venv", "lock")}
 
 
-def run_script(config: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """The wrapper as systemd starts it: a separate Python process, the config as argument."""
+def run_script(
+    config: Path, tmp_path: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The wrapper as systemd starts it (a separate Python process, the config as argument),
+    or, with ``args``, as site.yml's hold and release plays run it (--hold ..., --release ...)."""
     environ = {**os.environ, "FAKE_OUT": str(tmp_path / "fake.json"), **env}
     return subprocess.run(
-        [sys.executable, str(SCRIPT), str(config)],
+        [sys.executable, str(SCRIPT), *args, str(config)],
         env=environ,
         capture_output=True,
         text=True,
@@ -162,16 +165,10 @@ def test_a_run_while_another_holds_the_lock_stops_without_pulling(tmp_path: Path
     assert (tmp_path / "fake.json").exists()
 
 
-def run_mode(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The wrapper as site.yml's hold and release plays run it: --hold CONTROLLER, --release."""
-    argv = [sys.executable, str(SCRIPT), *args, str(config)]
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
-
-
 def test_a_controller_runs_hold_stops_pull_runs_until_its_release(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     before = time.time()
-    held = run_mode(config, "--hold", "ops on admin1", "run-a", "3600")
+    held = run_script(config, tmp_path, "--hold", "ops on admin1", "run-a", "3600")
     after = time.time()
     assert held.returncode == 0, held.stderr
     hold = json.loads((tmp_path / "state" / "push-run.json").read_text())
@@ -184,13 +181,13 @@ def test_a_controller_runs_hold_stops_pull_runs_until_its_release(tmp_path: Path
     assert f"remove {tmp_path / 'state' / 'push-run.json'}" in proc.stdout  # the way out
     assert not (tmp_path / "fake.json").exists()  # no pull
     assert not (tmp_path / "state" / "last-run.json").exists()  # no report of a run not made
-    released = run_mode(config, "--release", "run-a")
+    released = run_script(config, tmp_path, "--release", "run-a")
     assert released.returncode == 0
     assert "pull runs on h1 go on" in released.stdout
     assert not (tmp_path / "state" / "push-run.json").exists()
     assert run_script(config, tmp_path).returncode == 0
     assert (tmp_path / "fake.json").exists()  # released: the next run pulls
-    again = run_mode(config, "--release", "run-a")
+    again = run_script(config, tmp_path, "--release", "run-a")
     assert again.returncode == 0
     assert "no hold at" in again.stdout  # nothing held is fine, and said
 
@@ -199,28 +196,28 @@ def test_a_run_releases_its_own_hold_only(tmp_path: Path) -> None:
     """Run B took the hold over (A was cut short, or the two overlap): A's release leaves it."""
     config = make_config(tmp_path)
     hold = tmp_path / "state" / "push-run.json"
-    assert run_mode(config, "--hold", "ops on admin1", "run-a", "600").returncode == 0
-    assert run_mode(config, "--hold", "ops on admin2", "run-b", "600").returncode == 0
-    kept = run_mode(config, "--release", "run-a")
+    assert run_script(config, tmp_path, "--hold", "ops on admin1", "run-a", "600").returncode == 0
+    assert run_script(config, tmp_path, "--hold", "ops on admin2", "run-b", "600").returncode == 0
+    kept = run_script(config, tmp_path, "--release", "run-a")
     assert kept.returncode == 0
     assert "is another run's (ops on admin2); it stays" in kept.stdout
     assert json.loads(hold.read_text())["run"] == "run-b"
-    assert run_mode(config, "--release", "run-b").returncode == 0
+    assert run_script(config, tmp_path, "--release", "run-b").returncode == 0
     assert not hold.exists()
 
 
 def test_a_late_release_says_the_hold_had_expired(tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    assert run_mode(config, "--hold", "ops on admin1", "run-a", "1").returncode == 0
+    assert run_script(config, tmp_path, "--hold", "ops on admin1", "run-a", "1").returncode == 0
     time.sleep(1.1)
-    late = run_mode(config, "--release", "run-a")
+    late = run_script(config, tmp_path, "--release", "run-a")
     assert "(the hold had expired at " in late.stdout  # pull runs may have run beside it
 
 
 def test_a_hold_is_refused_while_a_pull_run_holds_the_lock(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     with pull_running(tmp_path) as lock:
-        proc = run_mode(config, "--hold", "ops on admin1", "run-a", "600")
+        proc = run_script(config, tmp_path, "--hold", "ops on admin1", "run-a", "600")
     assert proc.returncode == pull.HOLD_REFUSED
     assert f"a pull run is converging h1 (it holds {lock})" in proc.stderr
     assert "stop gpuprov-pull.timer" in proc.stderr
