@@ -23,6 +23,7 @@ import html
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -274,6 +275,7 @@ def test_site_converges(
             assert re.search(installed, snap, re.MULTILINE), (host, package)
         assert "absent /etc/modprobe.d/blacklist-nouveau.conf" not in snap, host
     check_torch_and_smoke(lab, report_dir)
+    check_torch_installed_in_the_background(lab, doc)
     converged["ok"] = True
 
 
@@ -311,6 +313,54 @@ def check_torch_and_smoke(lab: Lab, report_dir: Path) -> None:
             assert layers["L5"]["reason"].startswith(f"{host} is not in gpu_smoke_dist_hosts"), (
                 layers["L5"]
             )
+
+
+# On the host: the async pip jobs of the PyTorch environment (root's ~/.ansible_async) and the
+# mtime of the docker role's state record (written at the end of the Docker play, which runs
+# after the job starts), as epoch seconds.
+TORCH_JOB_FACTS = r"""
+import glob, json, os
+from datetime import datetime
+pip = "/opt/gpuprov/venv/bin/pip"
+jobs = []
+for path in glob.glob(os.path.expanduser("~/.ansible_async/*")):
+    with open(path) as f:
+        try:
+            job = json.load(f)
+        except ValueError:
+            continue
+    if pip in (job.get("cmd") or []):
+        epoch = lambda t: datetime.fromisoformat(t).timestamp()
+        jobs.append({"rc": job["rc"], "start": epoch(job["start"]), "end": epoch(job["end"])})
+docker = os.stat("/var/lib/gpuprov/state/docker.json").st_mtime
+print(json.dumps({"jobs": sorted(jobs, key=lambda j: j["start"]), "docker": docker}))
+"""
+TORCH_JOB = "pytorch : background-start | Start the pip install of torch (async, under the lock)"
+TORCH_WAIT = "pytorch : install-pip | Wait for a background install of torch to finish"
+TORCH_PIP = "pytorch : install-pip | Install torch into the virtual environment"
+
+
+def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> None:
+    """On fresh torch hosts the torch install ran as site.yml's background job
+    (playbooks/background_pytorch.yml, after the driver play): it started before the Docker
+    play finished, succeeded, and left the PyTorch play's own pip task nothing to do."""
+    results: dict[str, dict[str, Any]] = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"] in (TORCH_JOB, TORCH_WAIT, TORCH_PIP):
+                for host, result in task["hosts"].items():
+                    results[f"{host} / {task['task']['name']}"] = result
+    with_torch = sorted(h for h in lab.groups["lab"] if lab.hosts[h]["lab_release"] == "bookworm")
+    assert with_torch
+    for host in with_torch:
+        assert results[f"{host} / {TORCH_JOB}"].get("ansible_job_id"), (host, results)
+        assert not results[f"{host} / {TORCH_WAIT}"].get("skipped"), host
+        assert results[f"{host} / {TORCH_PIP}"].get("skipped"), (host, "the role installed")
+        facts = json.loads(lab.ssh(host, f"python3 -c {shlex.quote(TORCH_JOB_FACTS)}").stdout)
+        assert facts["jobs"], (host, "no pip job of the PyTorch environment")
+        job = facts["jobs"][-1]
+        assert job["rc"] == 0, (host, job)
+        assert job["start"] < facts["docker"], (host, job, facts)
 
 
 # Issue 19's drift cases: one thing each role manages is broken on one host, behind the

@@ -1,8 +1,9 @@
-"""The background install of model serving's Triton packages, checked as data: site.yml starts
-it after the PyTorch play and before the plays that follow, under the lock the serving role
-waits for before its apt and pip tasks touch what the job uses (roles/model_serving/README.md).
-What the lab shows (tests/lab/test_model_serving.py) is that the job ran early and succeeded;
-that the role waits is structure, read here."""
+"""The background installs, checked as data: site.yml starts model serving's Triton packages after
+the PyTorch play and torch after the driver play, each under the lock its role waits for before
+its apt and pip tasks touch what the job uses (roles/model_serving/README.md,
+roles/pytorch/README.md). What the lab shows (tests/lab/test_model_serving.py,
+tests/lab/test_pytorch_smoke.py) is that the jobs ran early and succeeded; that the roles wait
+is structure, read here."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "model_serving"
+TORCH = ROOT / "roles" / "pytorch"
 
 
 def _tasks(path: Path) -> list[dict[str, Any]]:
@@ -76,3 +78,64 @@ def test_a_refused_preflight_starts_nothing_and_fails_nothing_in_the_background_
     assert start[0].get("ansible.builtin.import_tasks") == "preflight.yml"
     assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
     assert "not ansible_check_mode" in block["when"]
+
+
+def _site_order() -> list[str]:
+    return [p["ansible.builtin.import_playbook"] for p in _tasks(ROOT / "playbooks/site.yml")]
+
+
+def test_site_starts_torch_after_the_driver_play_and_before_docker_and_pytorch() -> None:
+    """After the driver play (which may reboot the host: a job started before it would die),
+    with the Docker and toolkit plays to overlap, and before the PyTorch play that waits."""
+    order = _site_order()
+    i = order.index("background_pytorch.yml")
+    assert order[i - 1] == "driver.yml"
+    assert order[i + 1 : i + 4] == ["docker.yml", "toolkit.yml", "pytorch.yml"]
+    play = _tasks(ROOT / "playbooks/background_pytorch.yml")
+    assert len(play) == 1
+    include = play[0]["tasks"][0]["ansible.builtin.include_role"]
+    assert (include["name"], include["tasks_from"]) == ("pytorch", "background")
+    assert include["apply"]["tags"] == ["pytorch"]
+
+
+def test_the_torch_job_installs_what_the_install_phase_installs_under_the_lock_it_waits_for() -> (
+    None
+):
+    start = _tasks(TORCH / "tasks/background-start.yml")
+    assert [t.get("ansible.builtin.import_tasks") for t in start[:2]] == [
+        "preflight.yml",
+        "install-pip-venv.yml",  # the same packages and environment as the install phase
+    ]
+    job = next(t for t in start if t.get("poll") == 0)
+    argv = job["ansible.builtin.command"]["argv"]
+    assert "['flock', '--nonblock', _pytorch_pip_lock, pytorch_venv_path ~ '/bin/pip'" in argv
+    assert "+ _pytorch_pip_args + _pytorch_requirements" in argv
+    assert job["async"] == "{{ _pytorch_background_timeout }}"
+    install = _tasks(TORCH / "tasks/install-pip.yml")
+    wait = install[0]["ansible.builtin.command"]["argv"]
+    assert wait == [
+        "flock",
+        "--wait",
+        "{{ _pytorch_background_timeout }}",
+        "{{ _pytorch_pip_lock }}",
+        "true",
+    ]
+    # Everything that touches apt or pip comes after the wait (the venv part is imported).
+    assert install[1].get("ansible.builtin.import_tasks") == "install-pip-venv.yml"
+    pip = next(t["ansible.builtin.pip"] for t in install if "ansible.builtin.pip" in t)
+    assert pip["name"] == "{{ _pytorch_requirements }}"
+    assert pip["virtualenv"] == "{{ pytorch_venv_path }}"
+    assert pip["extra_args"] == "{{ _pytorch_pip_args | join(' ') }}"
+    venv = _tasks(TORCH / "tasks/install-pip-venv.yml")
+    assert {"apt_ready", "ansible.builtin.package"} <= {k for t in venv for k in t}
+
+
+def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under_check() -> None:
+    tasks = _tasks(TORCH / "tasks/background.yml")
+    block = next(t for t in tasks if "block" in t)
+    assert len(block["block"]) == 1
+    assert block["block"][0]["ansible.builtin.include_tasks"]["file"] == "background-start.yml"
+    assert "not ansible_check_mode" in block["when"]
+    assert "pytorch_method == 'pip'" in block["when"]
+    assert any("__pytorch_bg_venv.stat.exists" in w for w in block["when"])
+    assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
