@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import shared_runs
+from async_jobs import pip_jobs
 from conftest import role_ports
 from playbook_output import CONVERGED, outcomes, recap
 
@@ -212,23 +213,10 @@ def test_every_stack_answers_a_real_inference(
                     assert abs(g - w) <= 1e-4 + 1e-4 * abs(w), (host, name, got, sample["output"])
 
 
-# On the host: the async jobs of the Triton environment's pip (root's ~/.ansible_async), the
-# mtimes of the state records of the plays that follow background.yml in site.yml, and when
-# the Triton service last started, all as epoch seconds.
+# On the host: the mtimes of the state records of the plays that follow background.yml in
+# site.yml, and when the Triton service last started, as epoch seconds.
 BACKGROUND_FACTS = r"""
-import glob, json, os, subprocess, sys, time
-from datetime import datetime
-pip = sys.argv[1] + "/triton/venv/bin/pip"
-jobs = []
-for path in glob.glob(os.path.expanduser("~/.ansible_async/*")):
-    with open(path) as f:
-        try:
-            job = json.load(f)
-        except ValueError:
-            continue
-    if pip in (job.get("cmd") or []):
-        epoch = lambda t: datetime.fromisoformat(t).timestamp()  # str(datetime): no .%f at 0 us
-        jobs.append({"rc": job["rc"], "start": epoch(job["start"]), "end": epoch(job["end"])})
+import json, os, subprocess, time
 later = {}
 for role in ("jupyterlab", "object_storage", "gpu_smoke", "dist_launch", "gpu_monitoring"):
     record = "/var/lib/gpuprov/state/%s.json" % role
@@ -238,8 +226,7 @@ started = subprocess.run(
     ["systemctl", "show", "-P", "ActiveEnterTimestampMonotonic", "gpuprov-serve-triton"],
     capture_output=True, text=True, check=True).stdout.strip()
 service = time.time() - time.monotonic() + int(started) / 1e6  # systemd's is CLOCK_MONOTONIC
-jobs.sort(key=lambda j: j["start"])
-print(json.dumps({"jobs": jobs, "later": later, "service": service}))
+print(json.dumps({"later": later, "service": service}))
 """
 
 
@@ -255,11 +242,11 @@ def test_triton_packages_install_in_the_background_while_later_plays_run(
     if not hosts:
         pytest.skip("no host of this lab serves Triton")
     for host in hosts:
-        out = lab.ssh(host, f"python3 -c {shlex.quote(BACKGROUND_FACTS)} {SERVING}").stdout
-        facts = json.loads(out)
-        if not facts["jobs"]:
+        jobs = pip_jobs(lab, host, f"{SERVING}/triton/venv/bin/pip")
+        if not jobs:
             pytest.skip(f"Triton environment older than the background install ({host}; kept lab)")
-        job = facts["jobs"][-1]
+        job = jobs[-1]
+        facts = json.loads(lab.ssh(host, f"python3 -c {shlex.quote(BACKGROUND_FACTS)}").stdout)
         assert job["rc"] == 0, (host, job)
         assert facts["later"], (host, "no later play left a state record", facts)
         first_later = min(facts["later"].values())

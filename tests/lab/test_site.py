@@ -23,7 +23,6 @@ import html
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 import pytest
 import shared_runs
 import yaml
+from async_jobs import pip_jobs
 from gpuprov_lab.run_doc import json_document
 from lab_skips import DEFAULT_PRESET, INFRA_DEFAULT, infra_passed, infra_skips
 from playbook_output import recap
@@ -315,26 +315,6 @@ def check_torch_and_smoke(lab: Lab, report_dir: Path) -> None:
             )
 
 
-# On the host: the async pip jobs of the PyTorch environment (root's ~/.ansible_async) and the
-# mtime of the docker role's state record (written at the end of the Docker play, which runs
-# after the job starts), as epoch seconds.
-TORCH_JOB_FACTS = r"""
-import glob, json, os
-from datetime import datetime
-pip = "/opt/gpuprov/venv/bin/pip"
-jobs = []
-for path in glob.glob(os.path.expanduser("~/.ansible_async/*")):
-    with open(path) as f:
-        try:
-            job = json.load(f)
-        except ValueError:
-            continue
-    if pip in (job.get("cmd") or []):
-        epoch = lambda t: datetime.fromisoformat(t).timestamp()
-        jobs.append({"rc": job["rc"], "start": epoch(job["start"]), "end": epoch(job["end"])})
-docker = os.stat("/var/lib/gpuprov/state/docker.json").st_mtime
-print(json.dumps({"jobs": sorted(jobs, key=lambda j: j["start"]), "docker": docker}))
-"""
 TORCH_JOB = "pytorch : background-start | Start the pip install of torch (async, under the lock)"
 TORCH_WAIT = "pytorch : install-pip | Wait for a background install of torch to finish"
 TORCH_PIP = "pytorch : install-pip | Install torch into the virtual environment"
@@ -356,11 +336,12 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
         assert results[f"{host} / {TORCH_JOB}"].get("ansible_job_id"), (host, results)
         assert not results[f"{host} / {TORCH_WAIT}"].get("skipped"), host
         assert results[f"{host} / {TORCH_PIP}"].get("skipped"), (host, "the role installed")
-        facts = json.loads(lab.ssh(host, f"python3 -c {shlex.quote(TORCH_JOB_FACTS)}").stdout)
-        assert facts["jobs"], (host, "no pip job of the PyTorch environment")
-        job = facts["jobs"][-1]
-        assert job["rc"] == 0, (host, job)
-        assert job["start"] < facts["docker"], (host, job, facts)
+        jobs = pip_jobs(lab, host, "/opt/gpuprov/venv/bin/pip")
+        assert jobs, (host, "no async pip job of the PyTorch environment")
+        assert jobs[-1]["rc"] == 0, (host, jobs)
+        # The Docker play runs after the job started and records its role at its end.
+        docker = lab.ssh(host, "stat -c %Y /var/lib/gpuprov/state/docker.json").stdout
+        assert jobs[-1]["start"] < int(docker), (host, jobs, docker)
 
 
 # Issue 19's drift cases: one thing each role manages is broken on one host, behind the
