@@ -2,8 +2,8 @@
 the PyTorch play and torch after the driver play, each under the lock its role waits for before
 its apt and pip tasks touch what the job uses (roles/model_serving/README.md,
 roles/pytorch/README.md). What the lab shows (tests/lab/test_model_serving.py,
-tests/lab/test_pytorch_smoke.py) is that the jobs ran early and succeeded; that the roles wait
-is structure, read here."""
+tests/lab/test_site.py) is that the jobs ran early and succeeded, and that the PyTorch play
+waited for its job; the rest is structure, read here."""
 
 from __future__ import annotations
 
@@ -76,6 +76,7 @@ def test_a_refused_preflight_starts_nothing_and_fails_nothing_in_the_background_
     assert include["file"] == "background-start.yml"
     start = _tasks(ROLE / "tasks" / include["file"])
     assert start[0].get("ansible.builtin.import_tasks") == "preflight.yml"
+    assert start[1]["gpuprov_state"] == {"role": "model_serving", "state": "forget"}
     assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
     assert "not ansible_check_mode" in block["when"]
 
@@ -93,19 +94,29 @@ def test_site_starts_torch_after_the_driver_play_and_before_docker_and_pytorch()
     assert order[i + 1 : i + 4] == ["docker.yml", "toolkit.yml", "pytorch.yml"]
     play = _tasks(ROOT / "playbooks/background_pytorch.yml")
     assert len(play) == 1
-    include = play[0]["tasks"][0]["ansible.builtin.include_role"]
+    task = play[0]["tasks"][0]
+    include = task["ansible.builtin.include_role"]
     assert (include["name"], include["tasks_from"]) == ("pytorch", "background")
-    assert include["apply"]["tags"] == ["pytorch"]
+    # --tags pytorch_install starts it (the install phase waits); --skip-tags pytorch_install
+    # starts nothing (it skips the only wait).
+    assert include["apply"]["tags"] == task["tags"] == ["pytorch", "pytorch_install"]
+    # The job's pip sees the proxy the PyTorch play's pip would.
+    pytorch_play = _tasks(ROOT / "playbooks/pytorch.yml")[0]
+    assert play[0]["environment"] == pytorch_play["environment"]
+    assert play[0]["hosts"] == pytorch_play["hosts"]
 
 
 def test_the_torch_job_installs_what_the_install_phase_installs_under_the_lock_it_waits_for() -> (
     None
 ):
     start = _tasks(TORCH / "tasks/background-start.yml")
-    assert [t.get("ansible.builtin.import_tasks") for t in start[:2]] == [
-        "preflight.yml",
-        "install-pip-venv.yml",  # the same packages and environment as the install phase
-    ]
+    assert start[0].get("ansible.builtin.import_tasks") == "preflight.yml"
+    # The record forgotten before any change: the PyTorch play's probe cannot find the role
+    # converged (and skip its install phase, the wait with it) while the job still writes.
+    assert start[1]["gpuprov_state"] == {"role": "pytorch", "state": "forget"}
+    assert "when" not in start[1]
+    # The same packages and environment as the install phase.
+    assert start[2].get("ansible.builtin.import_tasks") == "install-pip-venv.yml"
     job = next(t for t in start if t.get("poll") == 0)
     argv = job["ansible.builtin.command"]["argv"]
     assert "['flock', '--nonblock', _pytorch_pip_lock, pytorch_venv_path ~ '/bin/pip'" in argv
@@ -115,6 +126,7 @@ def test_the_torch_job_installs_what_the_install_phase_installs_under_the_lock_i
     wait = install[0]["ansible.builtin.command"]["argv"]
     assert wait == [
         "flock",
+        "--verbose",
         "--wait",
         "{{ _pytorch_background_timeout }}",
         "{{ _pytorch_pip_lock }}",
@@ -134,7 +146,12 @@ def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under
     tasks = _tasks(TORCH / "tasks/background.yml")
     block = next(t for t in tasks if "block" in t)
     assert len(block["block"]) == 1
-    assert block["block"][0]["ansible.builtin.include_tasks"]["file"] == "background-start.yml"
+    include = block["block"][0]
+    assert include["ansible.builtin.include_tasks"]["file"] == "background-start.yml"
+    # Included tasks do not inherit the include's tags: without these, --tags pytorch would
+    # run the include and skip every task of the start.
+    assert include["ansible.builtin.include_tasks"]["apply"]["tags"] == ["always"]
+    assert include["tags"] == ["always"]
     assert "not ansible_check_mode" in block["when"]
     assert "pytorch_method == 'pip'" in block["when"]
     assert any("__pytorch_bg_venv.stat.exists" in w for w in block["when"])
