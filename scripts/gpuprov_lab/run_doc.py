@@ -30,19 +30,29 @@ VERIFY_PHASES = frozenset({("gpu_smoke", "run"), ("gpu_smoke", "report")})
 WAITS = ("Wait for ", "Wait until ")
 
 
+DOC_START = re.compile(r"^\{", re.MULTILINE)
+
+
 def json_document(stdout: str, need: Iterable[str] = ("stats", "plays")) -> dict[str, Any] | None:
     """The json callback's document in ``stdout`` (other callbacks' lines, such as
-    profile_tasks', may come around it), the first JSON object at the start of a line that
-    holds every key of ``need``; None when there is none."""
+    profile_tasks', may come around it): the last JSON object at the start of a line that
+    holds every key of ``need``; None when there is none. The last: a run of several playbook
+    files prints a document at the end of each, and each holds every play so far (the
+    callback sends its stats per file and never forgets a play), so the last is the whole
+    run's."""
     decoder = json.JSONDecoder()
-    for match in re.finditer(r"^\{", stdout, re.MULTILINE):
+    found = None
+    match = DOC_START.search(stdout)
+    while match:
         try:
-            doc, _ = decoder.raw_decode(stdout, match.start())
+            doc, end = decoder.raw_decode(stdout, match.start())
         except json.JSONDecodeError:
-            continue
-        if isinstance(doc, dict) and all(k in doc for k in need):
-            return doc
-    return None
+            end = match.end()
+        else:
+            if isinstance(doc, dict) and all(k in doc for k in need):
+                found = doc
+        match = DOC_START.search(stdout, end)
+    return found
 
 
 class Share(NamedTuple):

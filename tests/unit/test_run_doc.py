@@ -75,6 +75,17 @@ def test_the_document_is_found_among_other_callbacks_lines() -> None:
     assert json_document("no document") is None
 
 
+def test_a_run_of_several_playbooks_gives_its_last_document() -> None:
+    """ansible-playbook a.yml b.yml prints the json callback's document after each file, the
+    second holding the plays of both (scripts/bench_site.py's (b) run): the whole run's is the
+    last. The first document's nested objects start no line, so none is taken for one."""
+    first = {"plays": DOC["plays"][:1], "stats": {"h1": {"ok": 3}}}
+    nested = json.dumps(first, indent=4)
+    out = f"{nested}\nPLAY RECAP\n{json.dumps(DOC, indent=4)}\nPLAY RECAP\n"
+    assert json_document(out) == DOC
+    assert json_document(f"{nested}\n{{broken\n") == first
+
+
 @pytest.mark.parametrize(
     ("name", "action", "kind"),
     [
