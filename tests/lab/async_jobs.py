@@ -23,7 +23,7 @@ for path in glob.glob(os.path.expanduser("~/.ansible_async/*")):
             job = json.load(f)
         except ValueError:
             continue
-    if sys.argv[1] in (job.get("cmd") or []):
+    if sys.argv[1] in (job.get("cmd") or []) and job.get("start") and job.get("end"):
         epoch = lambda t: datetime.fromisoformat(t).timestamp()  # str(datetime): no .%f at 0 us
         jobs.append({"rc": job["rc"], "start": epoch(job["start"]), "end": epoch(job["end"])})
 print(json.dumps(sorted(jobs, key=lambda j: j["start"])))

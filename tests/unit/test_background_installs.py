@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,3 +157,58 @@ def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under
     assert "pytorch_method == 'pip'" in block["when"]
     assert any("__pytorch_bg_venv.stat.exists" in w for w in block["when"])
     assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
+
+
+@pytest.mark.parametrize(
+    ("role", "play", "lock_dir", "lock", "wait_file"),
+    [
+        (
+            "pytorch",
+            "background_pytorch.yml",
+            "_pytorch_lock_dir",
+            "_pytorch_pip_lock",
+            "install-pip.yml",
+        ),
+        (
+            "model_serving",
+            "background.yml",
+            "_model_serving_lock_dir",
+            "_model_serving_triton_lock",
+            "install-Debian.yml",
+        ),
+    ],
+)
+def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
+    role: str, play: str, lock_dir: str, lock: str, wait_file: str
+) -> None:
+    """flock(1) needs only read access to a lock file: one that other users can reach could be
+    held by any of them, and the install phase would wait its hour. The lock lies in a
+    directory the start makes root's alone (0700) before the job; the wait runs only where a
+    lock file exists (no job since boot: nothing to wait for). --skip-tags <role>_install,
+    which skips the only wait, starts no job."""
+    tasks_dir = ROOT / "roles" / role / "tasks"
+    variables = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
+    assert variables[lock].startswith("{{ " + lock_dir + " }}/")
+    assert variables[lock_dir].startswith("/run/")
+    assert not variables[lock_dir].startswith("/run/lock")
+    start = _tasks(tasks_dir / "background-start.yml")
+    made = next(i for i, t in enumerate(start) if "ansible.builtin.file" in t)
+    directory = start[made]["ansible.builtin.file"]
+    assert directory == {
+        "path": "{{ " + lock_dir + " }}",
+        "state": "directory",
+        "owner": "root",
+        "group": "root",
+        "mode": "0700",
+    }
+    job = next(i for i, t in enumerate(start) if t.get("poll") == 0)
+    assert made < job
+    wait = next(
+        t
+        for t in _tasks(tasks_dir / wait_file)
+        if "flock" in t.get("ansible.builtin.command", {}).get("argv", [])
+    )
+    assert wait["ansible.builtin.command"]["removes"] == "{{ " + lock + " }}"
+    include = _tasks(ROOT / "playbooks" / play)[0]["tasks"][0]
+    tags = [role, f"{role}_install"]
+    assert include["tags"] == include["ansible.builtin.include_role"]["apply"]["tags"] == tags
