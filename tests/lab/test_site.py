@@ -286,9 +286,14 @@ NO_TORCH_REASON = "no PyTorch environment on this host (pytorch_method: none)"
 TORCH_PROBE = "/opt/gpuprov/venv/bin/python -c 'import torch; print(torch.__version__)'"
 
 
+def torch_hosts(lab: Lab) -> list[str]:
+    """The lab hosts that get torch (bookworm: the wheelhouse's Python)."""
+    return sorted(h for h in lab.groups["lab"] if lab.hosts[h]["lab_release"] == "bookworm")
+
+
 def check_torch_and_smoke(lab: Lab, report_dir: Path) -> None:
     """After site.yml: torch where the wheel fits, and the smoke verdicts say so honestly."""
-    with_torch = sorted(h for h in lab.groups["lab"] if lab.hosts[h]["lab_release"] == "bookworm")
+    with_torch = torch_hosts(lab)
     without = sorted(set(lab.groups["lab"]) - set(with_torch))
     for host in with_torch:
         assert lab.ssh(host, TORCH_PROBE).stdout.split() == ["2.13.0+cpu"], host
@@ -328,7 +333,7 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
     play finished, succeeded, ended before the PyTorch play compared what is installed (it
     waited), and left that play's own pip task nothing to do."""
     results: dict[str, dict[str, Any]] = {}
-    started: dict[str, float] = {}
+    compare_start = None
     for play in doc["plays"]:
         for task in play["tasks"]:
             name = task["task"]["name"]
@@ -336,11 +341,8 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
                 for host, result in task["hosts"].items():
                     results[f"{host} / {name}"] = result
             if name == TORCH_COMPARE:
-                started[name] = datetime.fromisoformat(
-                    task["task"]["duration"]["start"]
-                ).timestamp()
-    with_torch = sorted(h for h in lab.groups["lab"] if lab.hosts[h]["lab_release"] == "bookworm")
-    for host in with_torch:
+                compare_start = datetime.fromisoformat(task["task"]["duration"]["start"])
+    for host in torch_hosts(lab):
         assert results[f"{host} / {TORCH_JOB}"].get("ansible_job_id"), (host, results)
         assert not results[f"{host} / {TORCH_WAIT}"].get("skipped"), host
         assert not results[f"{host} / {TORCH_COMPARE}"].get("skipped"), host
@@ -352,7 +354,8 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
         docker = lab.ssh(host, "stat -c %Y /var/lib/gpuprov/state/docker.json").stdout
         assert jobs[-1]["start"] < int(docker), (host, jobs, docker)
         # 1 s of slack: the job's times are written on the host, the task's on the controller
-        assert jobs[-1]["end"] <= started[TORCH_COMPARE] + 1, (host, jobs, started)
+        assert compare_start is not None
+        assert jobs[-1]["end"] <= compare_start.timestamp() + 1, (host, jobs, compare_start)
 
 
 # Issue 19's drift cases: one thing each role manages is broken on one host, behind the
