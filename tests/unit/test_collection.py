@@ -96,11 +96,13 @@ def test_every_payload_the_roles_name_holds_their_files() -> None:
     import gpuprov_files_action as action
 
     tasks = [
-        t["gpuprov_files"]
+        one
         for p in YAML_FILES
         if "/tasks/" in str(p)
         for t in (yaml.safe_load(p.read_text()) or [])
-        if isinstance(t, dict) and "payload" in t.get("gpuprov_files", {})
+        if isinstance(t, dict) and "gpuprov_files" in t
+        for one in action.sets_of(t["gpuprov_files"])
+        if "payload" in one
     ]
     assert {t["payload"] for t in tasks} == set(action.PAYLOADS)
     for t in tasks:

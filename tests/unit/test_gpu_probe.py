@@ -423,7 +423,9 @@ def test_the_gpu_smoke_role_copies_the_probe_next_to_the_scripts():
     import gpuprov_files_action as action  # plugins/action/gpuprov_files.py (conftest.py)
 
     tasks = yaml.safe_load((ROOT / "roles" / "gpu_smoke" / "tasks" / "install.yml").read_text())
-    copies = [t["gpuprov_files"] for t in tasks if "gpuprov_files" in t]
+    copies = [
+        one for t in tasks if "gpuprov_files" in t for one in action.sets_of(t["gpuprov_files"])
+    ]
     probe = next(c for c in copies if c.get("names") == ["gpu_probe.py"])
     assert probe["dest_dir"] == "{{ gpu_smoke_scripts_dir }}"
     # The payload the collection ships: this very file, not a copy of it.
