@@ -51,7 +51,7 @@ SITE = "playbooks/site.yml"
 PINNED_BRANCH = 535
 PLAN = "playbooks/plan.yml"
 JSON_CALLBACK = "ansible.builtin.json"
-DIFF_LINES_MAX = 80  # per task and host; the longest configuration diff is about 40
+DIFF_LINES_MAX = 80  # per file, task and host; the longest configuration diff is about 40
 
 # Files whose presence and content the check run must leave as they were.
 WATCHED_FILES = (
@@ -119,20 +119,22 @@ def driver_hooks(reports: Path) -> list[tuple[str, str]]:
 
 
 def diff_lines(doc: dict[str, Any]) -> dict[str, int]:
-    """'host / task' -> lines of --diff text (before, after, prepared) that task printed."""
+    """'host / task / file' -> lines of --diff text (before, after, prepared) a task printed
+    for one file (a gpuprov_files task prints one diff per file it writes)."""
     lines: dict[str, int] = {}
     for play in doc["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
                 diffs = result.get("diff") or []
-                count = sum(
-                    str(d.get(k) or "").count("\n")
-                    for d in (diffs if isinstance(diffs, list) else [diffs])
-                    for k in ("before", "after", "prepared")
-                    if isinstance(d, dict)
-                )
-                if count:
-                    lines[f"{host} / {task['task']['name']}"] = count
+                for d in diffs if isinstance(diffs, list) else [diffs]:
+                    if not isinstance(d, dict):
+                        continue
+                    count = sum(
+                        str(d.get(k) or "").count("\n") for k in ("before", "after", "prepared")
+                    )
+                    if count:
+                        where = f"{host} / {task['task']['name']} / {d.get('after_header', '')}"
+                        lines[where] = lines.get(where, 0) + count
     return lines
 
 
@@ -227,7 +229,8 @@ def test_check_mode_changes_nothing(
     assert len(batches) == 1, [sorted(b["tasks"][0]["hosts"]) for b in batches]
     assert play_hosts(doc, ROLLING_DRIVER_PLAY) == set(lab.groups["gpu_nodes"])
     # --diff shows configuration, not the whole text of gpuprov's own scripts and data
-    # (those tasks say `diff: false`): no task prints more than DIFF_LINES_MAX lines per host.
+    # (those tasks say `diff: false`): no task prints more than DIFF_LINES_MAX lines for one
+    # file on one host.
     lines = diff_lines(doc)
     assert lines, "--diff printed nothing on fresh hosts"
     long = {k: n for k, n in lines.items() if n > DIFF_LINES_MAX}
@@ -381,7 +384,7 @@ DRIFT = {
     ),
     "jupyterlab": (
         "rm /etc/jupyterlab/jupyter_server_config.json",
-        "configure | Write the server configuration (no secrets in it)",
+        "configure | Write the server configuration and the unit",
     ),
     "gpu_monitoring": (
         "systemctl stop prometheus-node-exporter",
@@ -389,7 +392,7 @@ DRIFT = {
     ),
     "model_serving": (
         "rm /opt/gpuprov/serving/bin/probe_endpoints.py",
-        "install-Debian | Copy the serving scripts",
+        "install-Debian | Create the directories, copy the serving scripts and the export check",
     ),
 }
 
