@@ -36,18 +36,59 @@ author: gpuprov contributors
 options:
   files:
     description:
-      - The files, each C(dest) (absolute), C(content) (base64), C(mode), and optional
-        C(owner), C(group) (default the module's) and C(diff) (default true).
+      - The files. The action plugin builds them from a task's C(files) entries (C(content)
+        as text or C(src), a file of the role's files/) and from its sets of scripts
+        (C(src_dir) or C(payload), C(names), C(dest_dir), C(mode), and C(sets), a list of
+        such sets).
     type: list
     elements: dict
     default: []
+    suboptions:
+      dest:
+        description: Absolute path of the file.
+        type: str
+        required: true
+      content:
+        description:
+          - The file's bytes, base64. Kept out of the journal and the invocation (no_log);
+            Ansible masks a no_log value wherever it appears in the output, so a file of a
+            few bytes could mask the same few characters of a diff.
+        type: str
+        required: true
+      mode:
+        description: Octal mode, as text.
+        type: str
+        required: true
+      owner:
+        description: Owner (default the module's C(owner)).
+        type: str
+      group:
+        description: Group (default the module's C(group)).
+        type: str
+      diff:
+        description: Whether --diff shows the file's text.
+        type: bool
+        default: true
   directories:
-    description:
-      - Directories to create or fix first, each C(path) (absolute), C(mode), and optional
-        C(owner), C(group).
+    description: Directories to create or fix first.
     type: list
     elements: dict
     default: []
+    suboptions:
+      path:
+        description: Absolute path of the directory.
+        type: str
+        required: true
+      mode:
+        description: Octal mode, as text.
+        type: str
+        required: true
+      owner:
+        description: Owner (default the module's C(owner)).
+        type: str
+      group:
+        description: Group (default the module's C(group)).
+        type: str
   owner:
     description: Owner of every entry that names none.
     type: str
@@ -220,6 +261,9 @@ def write(want: Wanted, uid: int, gid: int) -> None:
         os.chown(tmp, uid, gid)
         tmp.chmod(want.mode)
         tmp.replace(want.dest)
+    except OSError as exc:  # named by its destination, not the temporary file
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, want.dest) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -397,8 +441,10 @@ def main() -> None:
         changed, diffs = run(files, dirs, module.check_mode, module._diff)
     except KeyError as exc:
         module.fail_json(msg=f"no such {exc.args[0]} on this host")
-    except NotADirectoryError as exc:  # ours names the path; the OS's sets filename
-        module.fail_json(msg=f"{exc.filename or exc.args[0]} exists and is not a directory")
+    except NotADirectoryError as exc:
+        if exc.errno is None:  # converge_dir's own: the path itself is no directory
+            module.fail_json(msg=f"{exc.args[0]} exists and is not a directory")
+        module.fail_json(msg=f"{exc.filename}: a component of the path is not a directory")
     except FileNotFoundError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:

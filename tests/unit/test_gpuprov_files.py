@@ -110,8 +110,21 @@ def test_directories_come_first_and_are_fixed(tmp_path: Path) -> None:
 
 def test_a_file_where_a_directory_belongs_stops_the_call(tmp_path: Path) -> None:
     (tmp_path / "d").write_text("")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(NotADirectoryError) as ours:
         converge([], dirs=[wdir(tmp_path / "d")])
+    assert ours.value.errno is None  # main() says the path is no directory
+    with pytest.raises(NotADirectoryError) as the_os:  # a component is a file (under --check)
+        converge([want(tmp_path / "d" / "f", "x\n")], check=True)
+    assert the_os.value.errno is not None
+
+
+def test_a_failed_write_names_the_destination_and_leaves_no_temporary(tmp_path: Path) -> None:
+    (tmp_path / "dest").mkdir()  # a directory where the file goes
+    (tmp_path / "dest").chmod(0o755)
+    with pytest.raises(OSError, match="Is a directory") as failed:
+        gpuprov_files.write(want(tmp_path / "dest", "x\n"), UID, GID)
+    assert failed.value.filename == str(tmp_path / "dest")
+    assert [p.name for p in tmp_path.iterdir()] == ["dest"]
 
 
 def test_unknown_owner_or_missing_directory_changes_nothing(tmp_path: Path) -> None:
