@@ -294,6 +294,21 @@ def converge_dir(want: WantedDir, uid: int, gid: int, check_mode: bool) -> str |
     return _attrs(info)
 
 
+def _placed(
+    entry: dict[str, Any], key: str, owner: str, group: str
+) -> tuple[str, int, str, str] | str:
+    """An entry's absolute path (under ``key``), octal mode, owner and group (the module's
+    where it names none), or what is wrong with them."""
+    path = str(entry.get(key) or "")
+    if not Path(path).is_absolute():
+        return f"{key} {path!r} is not an absolute path"
+    try:
+        mode = int(str(entry.get("mode")), 8)
+    except ValueError:
+        return f"{path}: mode {entry.get('mode')!r} is not an octal mode"
+    return path, mode, str(entry.get("owner") or owner), str(entry.get("group") or group)
+
+
 def parse(
     files: list[dict[str, Any]], owner: str = "root", group: str = "root"
 ) -> tuple[list[Wanted], list[str]]:
@@ -301,26 +316,18 @@ def parse(
     wanted: list[Wanted] = []
     problems: list[str] = []
     for entry in files:
-        dest = str(entry.get("dest", ""))
-        if not Path(dest).is_absolute():
-            problems.append(f"dest {dest!r} is not an absolute path")
+        placed = _placed(entry, "dest", owner, group)
+        if isinstance(placed, str):
+            problems.append(placed)
             continue
+        dest, mode, file_owner, file_group = placed
         try:
-            mode = int(str(entry.get("mode", "0644")), 8)
             content = base64.b64decode(str(entry.get("content", "")), validate=True)
         except ValueError as exc:
             problems.append(f"{dest}: {exc}")
             continue
-        wanted.append(
-            Wanted(
-                dest=dest,
-                content=content,
-                mode=mode,
-                owner=str(entry.get("owner") or owner),
-                group=str(entry.get("group") or group),
-                diff=bool(entry.get("diff", True)),
-            )
-        )
+        diff = bool(entry.get("diff", True))
+        wanted.append(Wanted(dest, content, mode, file_owner, file_group, diff))
     return wanted, problems
 
 
@@ -331,23 +338,11 @@ def parse_dirs(
     wanted: list[WantedDir] = []
     problems: list[str] = []
     for entry in dirs:
-        path = str(entry.get("path", ""))
-        if not Path(path).is_absolute():
-            problems.append(f"path {path!r} is not an absolute path")
-            continue
-        try:
-            mode = int(str(entry.get("mode", "")), 8)
-        except ValueError:
-            problems.append(f"{path}: mode {entry.get('mode')!r} is not an octal mode")
-            continue
-        wanted.append(
-            WantedDir(
-                path=path,
-                mode=mode,
-                owner=str(entry.get("owner") or owner),
-                group=str(entry.get("group") or group),
-            )
-        )
+        placed = _placed(entry, "path", owner, group)
+        if isinstance(placed, str):
+            problems.append(placed)
+        else:
+            wanted.append(WantedDir(*placed))
     return wanted, problems
 
 
@@ -368,12 +363,9 @@ def run(
             if not check_mode:
                 raise
             ids[(w.owner, w.group)] = (-1, -1)  # no file has these: the entry differs
-    created = {str(p) for d in dirs for p in [Path(d.path), *Path(d.path).parents]}
-    missing = sorted(
-        {str(Path(w.dest).parent) for w in files}
-        - created
-        - {str(Path(w.dest).parent) for w in files if Path(w.dest).parent.is_dir()}
-    )
+    created = {p for d in dirs for p in [Path(d.path), *Path(d.path).parents]}
+    parents = {Path(w.dest).parent for w in files} - created
+    missing = sorted(str(p) for p in parents if not p.is_dir())
     if missing and not check_mode:
         raise FileNotFoundError(f"directory missing (create it first): {', '.join(missing)}")
     changed: list[str] = []

@@ -186,7 +186,12 @@ def test_parse_names_each_bad_entry() -> None:
     good = {"dest": "/opt/x", "content": base64.b64encode(b"hi").decode(), "mode": "0755"}
     mine = {**good, "dest": "/opt/z", "owner": "svc", "diff": False}
     wanted, problems = gpuprov_files.parse(
-        [good, mine, {"dest": "rel/x", "content": ""}, {"dest": "/opt/y", "content": "%%%"}],
+        [
+            good,
+            mine,
+            {"dest": "rel/x", "content": ""},
+            {"dest": "/opt/y", "content": "%%%", "mode": "0644"},
+        ],
         owner="root",
         group="wheel",
     )
