@@ -2,8 +2,10 @@
 
 site.yml starts long pip installs as Ansible async jobs (playbooks/background_pytorch.yml,
 playbooks/background.yml); Ansible leaves each job's result in root's ~/.ansible_async/.
-`pip_jobs` reads the jobs whose command ran a given pip, with their rc and their start and end
-as epoch seconds, oldest first.
+`pip_jobs` reads the jobs whose command names a given pip (the torch job runs the environment's
+pip) or environment (the Triton and tools jobs make the venv, then run its pip:
+plugins/filter/gpuprov_venv.py), with their rc and their start and end as epoch seconds,
+oldest first.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
 
 
 def pip_jobs(lab: Lab, host: str, pip: str) -> list[dict[str, float]]:
-    """The finished async jobs on ``host`` whose command ran ``pip``, oldest first."""
+    """The finished async jobs on ``host`` whose argv holds ``pip`` (a pip or the venv the job
+    makes), oldest first."""
     out = lab.ssh(host, f"python3 -c {shlex.quote(PIP_JOBS)} {shlex.quote(pip)}").stdout
     jobs: list[dict[str, float]] = json.loads(out)
     return jobs

@@ -242,7 +242,7 @@ def test_triton_packages_install_in_the_background_while_later_plays_run(
     if not hosts:
         pytest.skip("no host of this lab serves Triton")
     for host in hosts:
-        jobs = pip_jobs(lab, host, f"{SERVING}/triton/venv/bin/pip")
+        jobs = pip_jobs(lab, host, f"{SERVING}/triton/venv")  # the venv the job makes
         if not jobs:
             pytest.skip(f"Triton environment older than the background install ({host}; kept lab)")
         job = jobs[-1]
