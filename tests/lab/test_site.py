@@ -280,6 +280,7 @@ def test_site_converges(
         assert "absent /etc/modprobe.d/blacklist-nouveau.conf" not in snap, host
     check_torch_and_smoke(lab, report_dir)
     check_torch_installed_in_the_background(lab, doc)
+    check_tools_installed_in_the_background(lab, doc)
     converged["ok"] = True
 
 
@@ -359,6 +360,59 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
         # 1 s of slack: the job's times are written on the host, the task's on the controller
         assert compare_start is not None
         assert jobs[-1]["end"] <= compare_start.timestamp() + 1, (host, jobs, compare_start)
+
+
+TOOLS_JOB = (
+    "object_storage : background-start | Make the tools venv and start the pip install of awscli"
+    " and boto3 (async, under the lock)"
+)
+TOOLS_WAIT = "object_storage : install | Wait for a background install of the tools to finish"
+TOOLS_PIP = "object_storage : install | Install awscli and boto3 into the tools venv"
+TOOLS_VENV = "/opt/gpuprov/tools-venv"  # the role's default, which the lab keeps
+
+
+def check_tools_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> None:
+    """On fresh hosts with storage clients, awscli and boto3 went into the tools venv as
+    site.yml's background job (playbooks/background.yml, after the PyTorch play): it started
+    before the notebook play finished, succeeded, ended before the storage play's wait for it
+    ended, and left that play's own pip task nothing to do. A host without python3-venv then
+    (no torch: the pytorch role installs it) starts no job; its storage play installs."""
+    results: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            name = task["task"]["name"]
+            if name in (TOOLS_JOB, TOOLS_WAIT, TOOLS_PIP):
+                for host, result in task["hosts"].items():
+                    results[f"{host} / {name}"] = (result, task["task"]["duration"])
+    hosts = [h for h in lab.groups["lab"] if lab.hosts[h].get("object_storage_method") != "none"]
+    assert hosts, "no host of this lab gets storage clients"
+    for host in sorted(set(hosts) - set(torch_hosts(lab))):
+        job, _ = results[f"{host} / {TOOLS_JOB}"]
+        assert job.get("false_condition") == "__object_storage_bg_ensurepip.rc == 0", (host, job)
+        pip, _ = results[f"{host} / {TOOLS_PIP}"]
+        assert pip.get("changed"), (host, pip)
+    for host in sorted(set(hosts) & set(torch_hosts(lab))):
+        job, _ = results[f"{host} / {TOOLS_JOB}"]
+        assert job.get("ansible_job_id"), (host, job)
+        wait, waited = results[f"{host} / {TOOLS_WAIT}"]
+        assert not wait.get("skipped"), (host, wait)
+        pip, _ = results[f"{host} / {TOOLS_PIP}"]
+        assert not pip.get("skipped"), (host, pip)
+        assert not pip.get("changed"), (host, pip, "the storage play installed")
+        jobs = pip_jobs(lab, host, TOOLS_VENV)
+        assert jobs, (host, "no async pip job of the tools venv")
+        assert jobs[-1]["rc"] == 0, (host, jobs)
+        # The notebook play runs after the job started; its role records at its end. A host
+        # without a notebook server has no record: the storage play's own wait then bounds it.
+        notebook = lab.ssh(
+            host, "stat -c %Y /var/lib/gpuprov/state/jupyterlab.json", check=False
+        ).stdout.strip()
+        if notebook:
+            assert jobs[-1]["start"] < int(notebook), (host, jobs, notebook)
+        # 1 s of slack: the job's times are written on the host, the task's on the controller
+        end = datetime.fromisoformat(waited["end"]).timestamp()
+        assert jobs[-1]["start"] < end, (host, jobs, waited)
+        assert jobs[-1]["end"] <= end + 1, (host, jobs, waited)
 
 
 # Issue 19's drift cases: one thing each role manages is broken on one host, behind the

@@ -1,9 +1,10 @@
-"""The background installs, checked as data: site.yml starts model serving's Triton packages after
-the PyTorch play and torch after the driver play, each under the lock its role waits for before
-its apt and pip tasks touch what the job uses (roles/model_serving/README.md,
-roles/pytorch/README.md). What the lab shows (tests/lab/test_model_serving.py,
-tests/lab/test_site.py) is that the jobs ran early and succeeded, and that the PyTorch play
-waited for its job; the rest is structure, read here."""
+"""The background installs, checked as data: site.yml starts model serving's Triton packages and
+object storage's tools after the PyTorch play and torch after the driver play, each under the
+lock its role waits for before its apt and pip tasks touch what the job uses
+(roles/model_serving/README.md, roles/object_storage/README.md, roles/pytorch/README.md).
+What the lab shows (tests/lab/test_model_serving.py, tests/lab/test_site.py) is that the jobs
+ran early and succeeded, and that the PyTorch play waited for its job; the rest is structure,
+read here."""
 
 from __future__ import annotations
 
@@ -82,6 +83,12 @@ def test_a_refused_preflight_starts_nothing_and_fails_nothing_in_the_background_
     assert "not ansible_check_mode" in block["when"]
 
 
+def _waited_for(timeout: str, lock: str) -> list[str]:
+    """The argv of an install phase's wait: flock on the job's lock, up to the job's timeout,
+    saying so when it times out (--verbose)."""
+    return ["flock", "--verbose", "--wait", "{{ " + timeout + " }}", "{{ " + lock + " }}", "true"]
+
+
 def _site_order() -> list[str]:
     return [p["ansible.builtin.import_playbook"] for p in _tasks(ROOT / "playbooks/site.yml")]
 
@@ -122,14 +129,7 @@ def test_the_torch_job_installs_what_the_install_phase_installs_under_the_lock_i
     assert job["async"] == "{{ _pytorch_background_timeout }}"
     install = _tasks(TORCH / "tasks/install-pip.yml")
     wait = install[0]["ansible.builtin.command"]["argv"]
-    assert wait == [
-        "flock",
-        "--verbose",
-        "--wait",
-        "{{ _pytorch_background_timeout }}",
-        "{{ _pytorch_pip_lock }}",
-        "true",
-    ]
+    assert wait == _waited_for("_pytorch_background_timeout", "_pytorch_pip_lock")
     # Everything that touches apt or pip comes after the wait (the venv part is imported).
     assert install[1].get("ansible.builtin.import_tasks") == "install-pip-venv.yml"
     pip = next(t["ansible.builtin.pip"] for t in install if "ansible.builtin.pip" in t)
@@ -156,6 +156,72 @@ def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under
     assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
 
 
+def _lock_directory(task: dict[str, Any], lock_dir: str) -> dict[str, Any] | None:
+    """The attributes ``task`` gives the directory ``{{ lock_dir }}`` (an
+    ansible.builtin.file task or an entry of gpuprov_files' directories), else None."""
+    path = "{{ " + lock_dir + " }}"
+    made = task.get("ansible.builtin.file")
+    if made is not None and made.get("path") == path:
+        attributes = dict(made)
+        assert attributes.pop("state") == "directory"
+        return attributes
+    entries = task.get("gpuprov_files", {}).get("directories", [])
+    return next((dict(e) for e in entries if e.get("path") == path), None)
+
+
+def test_the_tools_job_installs_what_the_install_phase_installs_under_the_lock_it_waits_for() -> (
+    None
+):
+    """object_storage's background start: preflight, the record forgotten, the venv, then the
+    job on the venv's pip with the install phase's packages and index; the install phase waits
+    for the lock before its apt and pip tasks and installs the same list."""
+    role = ROOT / "roles" / "object_storage"
+    start = _tasks(role / "tasks/background-start.yml")
+    assert start[0].get("ansible.builtin.import_tasks") == "preflight.yml"
+    assert start[1]["gpuprov_state"] == {"role": "object_storage", "state": "forget"}
+    assert "when" not in start[1]
+    job = next(i for i, t in enumerate(start) if t.get("poll") == 0)
+    argv = " ".join(start[job]["ansible.builtin.command"]["argv"].split())
+    # The job makes the venv (no task of the play waits for ensurepip), then runs its pip.
+    assert argv == (
+        "{{ ['flock', '--nonblock', _object_storage_tools_lock] + (object_storage_tools_venv"
+        " | gpuprov.fleet.gpuprov_venv_install_argv(object_storage_python,"
+        " _object_storage_tools_packages)) }}"
+    )
+    commands = [
+        t["ansible.builtin.command"]["argv"] for t in start if "ansible.builtin.command" in t
+    ]
+    assert not [a for a in commands if isinstance(a, list) and "venv" in a], commands
+    assert start[job]["environment"] == "{{ _object_storage_pip_env }}"
+    assert start[job]["async"] == "{{ _object_storage_background_timeout }}"
+    install = _tasks(role / "tasks/install.yml")
+    wait = install[0]["ansible.builtin.command"]["argv"]
+    assert wait == _waited_for("_object_storage_background_timeout", "_object_storage_tools_lock")
+    touching = [
+        i
+        for i, t in enumerate(install)
+        if {"ansible.builtin.package", "ansible.builtin.pip", "ansible.builtin.command"} & set(t)
+    ]
+    assert touching[0] == 0  # the wait itself; every apt, venv and pip task after it
+    pips = [t for t in install if "ansible.builtin.pip" in t]
+    tools = next(p for p in pips if "tools_venv" in p["ansible.builtin.pip"]["executable"])
+    assert tools["ansible.builtin.pip"]["name"] == "{{ _object_storage_tools_packages }}"
+    assert tools["environment"] == "{{ _object_storage_pip_env }}"
+    block = next(t for t in _tasks(role / "tasks/background.yml") if "block" in t)
+    assert [t["ansible.builtin.include_tasks"]["file"] for t in block["block"]] == [
+        "background-start.yml"
+    ]
+    assert "not ansible_check_mode" in block["when"]
+    assert "object_storage_method != 'none'" in block["when"]
+    assert any("__object_storage_bg_venv.stat.exists" in w for w in block["when"])
+    assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
+    # The job's pip sees the proxy the storage play's pip would.
+    storage = _tasks(ROOT / "playbooks/storage.yml")[0]
+    background = _tasks(ROOT / "playbooks/background.yml")[0]
+    assert background["environment"] == storage["environment"]
+    assert background["hosts"] == storage["hosts"]
+
+
 @pytest.mark.parametrize(
     ("role", "play", "lock_dir", "lock", "wait_file"),
     [
@@ -173,6 +239,13 @@ def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under
             "_model_serving_triton_lock",
             "install-Debian.yml",
         ),
+        (
+            "object_storage",
+            "background.yml",
+            "_object_storage_lock_dir",
+            "_object_storage_tools_lock",
+            "install.yml",
+        ),
     ],
 )
 def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
@@ -189,11 +262,9 @@ def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
     assert variables[lock_dir].startswith("/run/")
     assert not variables[lock_dir].startswith("/run/lock")
     start = _tasks(tasks_dir / "background-start.yml")
-    made = next(i for i, t in enumerate(start) if "ansible.builtin.file" in t)
-    directory = start[made]["ansible.builtin.file"]
-    assert directory == {
+    made = next(i for i, t in enumerate(start) if _lock_directory(t, lock_dir) is not None)
+    assert _lock_directory(start[made], lock_dir) == {
         "path": "{{ " + lock_dir + " }}",
-        "state": "directory",
         "owner": "root",
         "group": "root",
         "mode": "0700",
@@ -206,6 +277,11 @@ def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
         if "flock" in t.get("ansible.builtin.command", {}).get("argv", [])
     )
     assert wait["ansible.builtin.command"]["removes"] == "{{ " + lock + " }}"
-    include = _tasks(ROOT / "playbooks" / play)[0]["tasks"][0]
+    include = next(
+        t
+        for t in _tasks(ROOT / "playbooks" / play)[0]["tasks"]
+        if t["ansible.builtin.include_role"]["name"] == role
+    )
+    assert include["ansible.builtin.include_role"]["tasks_from"] == "background"
     tags = [role, f"{role}_install"]
     assert include["tags"] == include["ansible.builtin.include_role"]["apply"]["tags"] == tags
