@@ -391,6 +391,14 @@ def run(
     return changed, diffs
 
 
+# Where and how an entry is placed (read by _placed), the same for files and directories.
+PLACED_OPTIONS: dict[str, dict[str, Any]] = {
+    "mode": {"type": "str", "required": True},
+    "owner": {"type": "str"},
+    "group": {"type": "str"},
+}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -402,9 +410,7 @@ def main() -> None:
                     "dest": {"type": "str", "required": True},
                     # not in the journal or a registered result's invocation
                     "content": {"type": "str", "required": True, "no_log": True},
-                    "mode": {"type": "str", "required": True},
-                    "owner": {"type": "str"},
-                    "group": {"type": "str"},
+                    **PLACED_OPTIONS,
                     "diff": {"type": "bool", "default": True},
                 },
             },
@@ -414,9 +420,7 @@ def main() -> None:
                 "default": [],
                 "options": {
                     "path": {"type": "str", "required": True},
-                    "mode": {"type": "str", "required": True},
-                    "owner": {"type": "str"},
-                    "group": {"type": "str"},
+                    **PLACED_OPTIONS,
                 },
             },
             "owner": {"type": "str", "default": "root"},
