@@ -23,8 +23,9 @@ description:
     which the roles that read it pass in O(facts), and C(nvidia_driver_packaged_*)), left
     out), the host facts the role reads, every file
     of the role (tasks, templates, files, defaults, vars) and every file of gpuprov's
-    plugins, scripts and compat package (the smoke layers, the export check and the fatbin
-    reader that roles copy; the data). A change to any of them makes the role's next probe
+    plugins (less the callbacks, which run on the controller alone), scripts and compat
+    package (the smoke layers, the export check and the fatbin reader that roles copy; the
+    data). A change to any of them makes the role's next probe
     say "inputs changed", so the role runs in full.
 positional: role_path, facts
 options:
@@ -50,13 +51,19 @@ SCRIPTS = PLUGINS.parent / "scripts" / "smoke"
 COMPAT = PLUGINS.parent / "compat"
 
 
+# Plugin directories whose files change nothing on a host: callbacks print and time on the
+# controller. Editing one must not re-run every role on the next run.
+CONTROLLER_PLUGINS = ("callback",)
+
+
 @lru_cache(maxsize=32)
-def tree_digest(root: str) -> str:
+def tree_digest(root: str, skip: tuple[str, ...] = ()) -> str:
     """sha256 over the relative names and contents of the files under ``root``
-    (__pycache__ and editor back-ups left out)."""
+    (__pycache__, editor back-ups and the top-level directories named in ``skip`` left out)."""
     digest = hashlib.sha256()
     for parent, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        left_out = skip if parent == root else ()
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d not in left_out)
         for name in sorted(files):
             if name.endswith(("~", ".pyc", ".swp")):
                 continue
@@ -109,12 +116,12 @@ def state_inputs(
     values: Mapping[str, Any], role_path: str, facts: Mapping[str, Any] | None = None
 ) -> str:
     """The digest (hex) of ``values`` (less the controller's report directories), ``facts``,
-    the role's files and gpuprov's plugins, scripts and compat package."""
+    the role's files and gpuprov's plugins (less its callbacks), scripts and compat package."""
     doc = {
         "values": plain({k: v for k, v in values.items() if is_input(k)}),
         "facts": plain(facts or {}),
         "role": tree_digest(str(Path(role_path).absolute())),
-        "plugins": tree_digest(str(PLUGINS)),
+        "plugins": tree_digest(str(PLUGINS), CONTROLLER_PLUGINS),
         "scripts": tree_digest(str(SCRIPTS)) if SCRIPTS.is_dir() else "",
         "compat": tree_digest(str(COMPAT)) if COMPAT.is_dir() else "",
     }

@@ -543,6 +543,28 @@ def test_bytecode_and_backups_in_the_role_are_ignored(role_path: Path) -> None:
     assert _digest(VALUES, role_path, FACTS) != before
 
 
+def test_a_callback_is_no_input_other_plugins_are(
+    role_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Callbacks run on the controller alone: editing one re-runs no role (before, any change
+    under plugins/ made every role's next probe say "inputs changed")."""
+    plugins = tmp_path / "plugins"
+    _file(plugins / "callback" / "timer.py", "v = 1\n")
+    _file(plugins / "filter" / "demo.py", "v = 1\n")
+    _file(plugins / "modules" / "callback" / "demo.py", "v = 1\n")
+    monkeypatch.setattr(state_filter, "PLUGINS", plugins)
+    before = _digest(VALUES, role_path, FACTS)
+    (plugins / "callback" / "timer.py").write_text("v = 2\n")
+    _file(plugins / "callback" / "new.py", "v = 1\n")
+    assert _digest(VALUES, role_path, FACTS) == before
+    # Only the top-level callback directory is left out.
+    for changed in (plugins / "filter" / "demo.py", plugins / "modules" / "callback" / "demo.py"):
+        changed.write_text("v = 2\n")
+        after = _digest(VALUES, role_path, FACTS)
+        assert after != before
+        before = after
+
+
 def test_the_digest_does_not_depend_on_where_the_role_is(tmp_path: Path, role_path: Path) -> None:
     moved = tmp_path / "elsewhere" / "demo"
     shutil.copytree(role_path, moved)
