@@ -1,8 +1,8 @@
 # Copyright: gpuprov contributors
 # SPDX-License-Identifier: Apache-2.0
 """Ansible filter: the argv of a background job that makes a virtual environment (unless it
-exists) and then installs into it with its own pip (roles/model_serving and roles/object_storage,
-tasks/background-start.yml; issue 19)."""
+exists) and then installs into it with its own pip (roles/pytorch, roles/model_serving and
+roles/object_storage, tasks/background-start.yml; issue 19)."""
 
 from __future__ import annotations
 

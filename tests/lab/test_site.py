@@ -325,7 +325,11 @@ def check_torch_and_smoke(lab: Lab, report_dir: Path) -> None:
             )
 
 
-TORCH_JOB = "pytorch : background-start | Start the pip install of torch (async, under the lock)"
+TORCH_JOB = (
+    "pytorch : background-start | Make the environment and start the pip install of torch"
+    " (async, under the lock)"
+)
+TORCH_OS = "pytorch : install-pip-os | Install the OS packages of the pip method"
 TORCH_WAIT = "pytorch : install-pip | Wait for a background install of torch to finish"
 TORCH_COMPARE = "pytorch : install-pip | Compare the installed versions with the wanted ones"
 TORCH_PIP = "pytorch : install-pip | Install torch into the virtual environment"
@@ -335,8 +339,9 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
     """On fresh torch hosts the torch install ran as site.yml's background job
     (playbooks/background_pytorch.yml, after the driver play): it started before the Docker
     play finished, succeeded, ended before the PyTorch play compared what is installed (it
-    waited), and left that play's own pip task nothing to do."""
+    waited), and left that play's own pip task nothing to do, nor its OS packages to check."""
     results: dict[str, dict[str, Any]] = {}
+    os_packages: dict[str, list[dict[str, Any]]] = {}
     compare_start = None
     for play in doc["plays"]:
         for task in play["tasks"]:
@@ -344,6 +349,9 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
             if name in (TORCH_JOB, TORCH_WAIT, TORCH_COMPARE, TORCH_PIP):
                 for host, result in task["hosts"].items():
                     results[f"{host} / {name}"] = result
+            if name == TORCH_OS:  # the background start's, then the install phase's
+                for host, result in task["hosts"].items():
+                    os_packages.setdefault(host, []).append(result)
             if name == TORCH_COMPARE:
                 compare_start = datetime.fromisoformat(task["task"]["duration"]["start"])
     for host in torch_hosts(lab):
@@ -351,6 +359,11 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
         assert not results[f"{host} / {TORCH_WAIT}"].get("skipped"), host
         assert not results[f"{host} / {TORCH_COMPARE}"].get("skipped"), host
         assert results[f"{host} / {TORCH_PIP}"].get("skipped"), (host, "the role installed")
+        # The install phase did not check the OS packages again: the start installed them.
+        assert [r.get("skipped", False) for r in os_packages[host]] == [False, True], (
+            host,
+            os_packages[host],
+        )
         jobs = pip_jobs(lab, host, "/opt/gpuprov/venv/bin/pip")
         assert jobs, (host, "no async pip job of the PyTorch environment")
         assert jobs[-1]["rc"] == 0, (host, jobs)

@@ -120,24 +120,37 @@ def test_the_torch_job_installs_what_the_install_phase_installs_under_the_lock_i
     # converged (and skip its install phase, the wait with it) while the job still writes.
     assert start[1]["gpuprov_state"] == {"role": "pytorch", "state": "forget"}
     assert "when" not in start[1]
-    # The same packages and environment as the install phase.
-    assert start[2].get("ansible.builtin.import_tasks") == "install-pip-venv.yml"
+    # The same OS packages as the install phase; the job makes the environment.
+    assert start[2].get("ansible.builtin.import_tasks") == "install-pip-os.yml"
     job = next(t for t in start if t.get("poll") == 0)
     argv = job["ansible.builtin.command"]["argv"]
-    assert "['flock', '--nonblock', _pytorch_pip_lock, pytorch_venv_path ~ '/bin/pip'" in argv
-    assert "+ _pytorch_pip_args + _pytorch_requirements" in argv
+    assert "['flock', '--nonblock', _pytorch_pip_lock]" in argv
+    assert "gpuprov_venv_install_argv(pytorch_python," in argv
+    assert "_pytorch_pip_args + _pytorch_requirements)" in argv
+    assert argv.index("(pytorch_venv_path") < argv.index("gpuprov_venv_install_argv")
     assert job["async"] == "{{ _pytorch_background_timeout }}"
+    # What the install phase reads to skip the OS packages the start installed.
+    assert job["register"] == "__pytorch_bg_job"
     install = _tasks(TORCH / "tasks/install-pip.yml")
     wait = install[0]["ansible.builtin.command"]["argv"]
     assert wait == _waited_for("_pytorch_background_timeout", "_pytorch_pip_lock")
-    # Everything that touches apt or pip comes after the wait (the venv part is imported).
-    assert install[1].get("ansible.builtin.import_tasks") == "install-pip-venv.yml"
+    # Everything that touches apt or pip comes after the wait.
+    assert install[1].get("ansible.builtin.import_tasks") == "install-pip-os.yml"
+    assert install[1]["when"] == "__pytorch_bg_job.ansible_job_id is undefined"
+    venv = next(
+        t["ansible.builtin.command"]
+        for t in install
+        if "ansible.builtin.command" in t and "creates" in t["ansible.builtin.command"]
+    )
+    # A venv an interrupted job left without pip is made again.
+    assert venv["creates"] == "{{ pytorch_venv_path }}/bin/pip"
     pip = next(t["ansible.builtin.pip"] for t in install if "ansible.builtin.pip" in t)
     assert pip["name"] == "{{ _pytorch_requirements }}"
     assert pip["virtualenv"] == "{{ pytorch_venv_path }}"
     assert pip["extra_args"] == "{{ _pytorch_pip_args | join(' ') }}"
-    venv = _tasks(TORCH / "tasks/install-pip-venv.yml")
-    assert {"apt_ready", "ansible.builtin.package"} <= {k for t in venv for k in t}
+    os_tasks = _tasks(TORCH / "tasks/install-pip-os.yml")
+    assert {"apt_ready", "ansible.builtin.package"} <= {k for t in os_tasks for k in t}
+    assert not any("ansible.builtin.command" in t for t in os_tasks)
 
 
 def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under_check() -> None:
