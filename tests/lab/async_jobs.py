@@ -2,10 +2,9 @@
 
 site.yml starts long pip installs as Ansible async jobs (playbooks/background_pytorch.yml,
 playbooks/background.yml); Ansible leaves each job's result in root's ~/.ansible_async/.
-`pip_jobs` reads the jobs whose command names a given pip (the torch job runs the environment's
-pip) or environment (the Triton and tools jobs make the venv, then run its pip:
-plugins/filter/gpuprov_venv.py), with their rc and their start and end as epoch seconds,
-oldest first.
+`pip_jobs` reads the jobs whose command names a given environment (each job makes its venv,
+then runs its pip: plugins/filter/gpuprov_venv.py), with their rc and their start and end as
+epoch seconds, oldest first.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import json
 import shlex
 from typing import Any
 
-# Runs on the host with the pip's path as its argument.
+# Runs on the host with the environment's path as its argument.
 PIP_JOBS = r"""
 import glob, json, os, sys
 from datetime import datetime
@@ -34,9 +33,9 @@ print(json.dumps(sorted(jobs, key=lambda j: j["start"])))
 Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
 
 
-def pip_jobs(lab: Lab, host: str, pip: str) -> list[dict[str, float]]:
-    """The finished async jobs on ``host`` whose argv holds ``pip`` (a pip or the venv the job
-    makes), oldest first."""
-    out = lab.ssh(host, f"python3 -c {shlex.quote(PIP_JOBS)} {shlex.quote(pip)}").stdout
+def pip_jobs(lab: Lab, host: str, venv: str) -> list[dict[str, float]]:
+    """The finished async jobs on ``host`` whose argv holds ``venv`` (the environment the job
+    makes and installs into), oldest first."""
+    out = lab.ssh(host, f"python3 -c {shlex.quote(PIP_JOBS)} {shlex.quote(venv)}").stdout
     jobs: list[dict[str, float]] = json.loads(out)
     return jobs

@@ -364,7 +364,7 @@ def check_torch_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
             host,
             os_packages[host],
         )
-        jobs = pip_jobs(lab, host, "/opt/gpuprov/venv/bin/pip")
+        jobs = pip_jobs(lab, host, "/opt/gpuprov/venv")  # the venv the job makes
         assert jobs, (host, "no async pip job of the PyTorch environment")
         assert jobs[-1]["rc"] == 0, (host, jobs)
         # The Docker play runs after the job started and records its role at its end.
