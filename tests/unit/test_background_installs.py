@@ -236,28 +236,19 @@ def test_the_tools_job_installs_what_the_install_phase_installs_under_the_lock_i
     tools = next(p for p in pips if "tools_venv" in p["ansible.builtin.pip"]["executable"])
     assert tools["ansible.builtin.pip"]["name"] == "{{ _object_storage_tools_packages }}"
     assert tools["environment"] == "{{ _object_storage_pip_env }}"
-    _starts_once_and_as_its_play(
-        role, "object_storage_method != 'none'", "__object_storage_bg_venv", "storage.yml"
-    )
-
-
-def _starts_once_and_as_its_play(role: Path, method: str, looked_for: str, play: str) -> None:
-    """The role's background.yml: one include of the start in a block that runs it only for
-    ``method``, not under --check and where ``looked_for`` (a stat) found nothing, with a
-    rescue that only says why; and playbooks/background.yml runs on the hosts of ``play``,
-    with its environment (the job's pip sees the proxy the play's pip would)."""
     block = next(t for t in _tasks(role / "tasks/background.yml") if "block" in t)
     assert [t["ansible.builtin.include_tasks"]["file"] for t in block["block"]] == [
         "background-start.yml"
     ]
     assert "not ansible_check_mode" in block["when"]
-    assert method in block["when"]
-    assert any(f"{looked_for}.stat.exists" in w for w in block["when"])
+    assert "object_storage_method != 'none'" in block["when"]
+    assert any("__object_storage_bg_venv.stat.exists" in w for w in block["when"])
     assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
-    owner = _tasks(ROOT / "playbooks" / play)[0]
+    # The job's pip sees the proxy the storage play's pip would.
+    storage = _tasks(ROOT / "playbooks/storage.yml")[0]
     background = _tasks(ROOT / "playbooks/background.yml")[0]
-    assert background["environment"] == owner["environment"]
-    assert background["hosts"] == owner["hosts"]
+    assert background["environment"] == storage["environment"]
+    assert background["hosts"] == storage["hosts"]
 
 
 def test_the_jupyterlab_job_installs_what_the_install_phase_installs_under_the_lock() -> None:
@@ -293,9 +284,19 @@ def test_the_jupyterlab_job_installs_what_the_install_phase_installs_under_the_l
     assert pip["ansible.builtin.pip"]["name"] == "{{ _jupyterlab_requirements }}"
     assert pip["ansible.builtin.pip"]["executable"] == "{{ _jupyterlab_venv }}/bin/pip"
     assert pip["environment"] == "{{ _jupyterlab_pip_env }}"
-    _starts_once_and_as_its_play(
-        role, "jupyterlab_method == 'venv'", "__jupyterlab_bg_lab", "jupyterlab.yml"
-    )
+    block = next(t for t in _tasks(role / "tasks/background.yml") if "block" in t)
+    assert [t["ansible.builtin.include_tasks"]["file"] for t in block["block"]] == [
+        "background-start.yml"
+    ]
+    assert "not ansible_check_mode" in block["when"]
+    assert "jupyterlab_method == 'venv'" in block["when"]
+    assert any("__jupyterlab_bg_lab.stat.exists" in w for w in block["when"])
+    assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
+    # The job's pip sees the proxy the notebook play's pip would.
+    notebook = _tasks(ROOT / "playbooks/jupyterlab.yml")[0]
+    background = _tasks(ROOT / "playbooks/background.yml")[0]
+    assert background["environment"] == notebook["environment"]
+    assert background["hosts"] == notebook["hosts"]
 
 
 @pytest.mark.parametrize(
