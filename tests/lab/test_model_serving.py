@@ -236,7 +236,7 @@ def test_triton_packages_install_in_the_background_while_later_plays_run(
     """site.yml starts the Triton environment's pip install right after the PyTorch play
     (playbooks/background.yml, roles/model_serving/tasks/background.yml) and the serving play
     waits for it: on each host serving Triton the job ran and succeeded, began before the
-    first of the later plays (smoke, monitoring, notebook, storage, launch) had finished its
+    first of the later plays (notebook, storage, smoke, launch, monitoring) had finished its
     work, and ended before the Triton service started."""
     hosts = [h for h in serving_hosts if "triton" in lab.hosts[h]["model_serving_stacks"]]
     if not hosts:

@@ -281,7 +281,6 @@ def test_site_converges(
     check_torch_and_smoke(lab, report_dir)
     check_torch_installed_in_the_background(lab, doc)
     check_tools_installed_in_the_background(lab, doc)
-    check_jupyterlab_installed_in_the_background(lab, doc)
     converged["ok"] = True
 
 
@@ -426,62 +425,6 @@ def check_tools_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
         # 1 s of slack: the job's times are written on the host, the task's on the controller
         end = datetime.fromisoformat(waited["end"]).timestamp()
         assert jobs[-1]["start"] < end, (host, jobs, waited)
-        assert jobs[-1]["end"] <= end + 1, (host, jobs, waited)
-
-
-JUPYTERLAB_JOB = (
-    "jupyterlab : background-start | Start the pip install of JupyterLab and ipykernel"
-    " (async, under the lock)"
-)
-JUPYTERLAB_WAIT = (
-    "jupyterlab : install-venv | Wait for a background install of JupyterLab to finish"
-)
-JUPYTERLAB_PIP = (
-    "jupyterlab : install-venv | Install JupyterLab and ipykernel into the PyTorch environment"
-)
-SMOKE_PLAY = "Smoke-test the GPU stack"
-
-
-def check_jupyterlab_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> None:
-    """On fresh notebook hosts (venv method) JupyterLab went into the PyTorch environment as
-    site.yml's background job (playbooks/background.yml, after the PyTorch play): it started
-    before the smoke play began, succeeded, ended before the notebook play's wait for it ended,
-    and left that play's own pip task nothing to do. Hosts without a notebook server start
-    no job."""
-    results: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
-    smoke_start = None
-    for play in doc["plays"]:
-        if play["play"]["name"] == SMOKE_PLAY:
-            smoke_start = datetime.fromisoformat(play["play"]["duration"]["start"])
-        for task in play["tasks"]:
-            name = task["task"]["name"]
-            if name in (JUPYTERLAB_JOB, JUPYTERLAB_WAIT, JUPYTERLAB_PIP):
-                for host, result in task["hosts"].items():
-                    results[f"{host} / {name}"] = (result, task["task"]["duration"])
-    notebooks = sorted(
-        h
-        for h in lab.groups["lab"]
-        if f"{h} / {JUPYTERLAB_PIP}" in results
-        and not results[f"{h} / {JUPYTERLAB_PIP}"][0].get("skipped")
-    )
-    assert notebooks, "no host of this lab installed JupyterLab"
-    assert smoke_start is not None
-    for host in sorted(set(lab.groups["lab"]) - set(notebooks)):
-        job = results.get(f"{host} / {JUPYTERLAB_JOB}")
-        assert job is None or job[0].get("skipped"), (host, job)
-    for host in notebooks:
-        job, _ = results[f"{host} / {JUPYTERLAB_JOB}"]
-        assert job.get("ansible_job_id"), (host, job)
-        wait, waited = results[f"{host} / {JUPYTERLAB_WAIT}"]
-        assert not wait.get("skipped"), (host, wait)
-        pip, _ = results[f"{host} / {JUPYTERLAB_PIP}"]
-        assert not pip.get("changed"), (host, pip, "the notebook play installed")
-        jobs = pip_jobs(lab, host, "/opt/gpuprov/venv/bin/pip")  # the torch env's pip
-        assert jobs, (host, "no async pip job of JupyterLab")
-        assert jobs[-1]["rc"] == 0, (host, jobs)
-        assert jobs[-1]["start"] < smoke_start.timestamp(), (host, jobs, smoke_start)
-        # 1 s of slack: the job's times are written on the host, the task's on the controller
-        end = datetime.fromisoformat(waited["end"]).timestamp()
         assert jobs[-1]["end"] <= end + 1, (host, jobs, waited)
 
 

@@ -1,8 +1,7 @@
-"""The background installs, checked as data: site.yml starts model serving's Triton packages,
-object storage's tools and JupyterLab after the PyTorch play and torch after the driver play,
-each under the lock its role waits for before its apt and pip tasks touch what the job uses
-(roles/model_serving/README.md, roles/object_storage/README.md, roles/pytorch/README.md,
-roles/jupyterlab/README.md).
+"""The background installs, checked as data: site.yml starts model serving's Triton packages and
+object storage's tools after the PyTorch play and torch after the driver play, each under the
+lock its role waits for before its apt and pip tasks touch what the job uses
+(roles/model_serving/README.md, roles/object_storage/README.md, roles/pytorch/README.md).
 What the lab shows (tests/lab/test_model_serving.py, tests/lab/test_site.py) is that the jobs
 ran early and succeeded, and that the PyTorch play waited for its job; the rest is structure,
 read here."""
@@ -32,29 +31,14 @@ def test_site_starts_the_background_installs_between_pytorch_and_the_plays_after
     assert order[i - 1] == "pytorch.yml"
     assert order.index("serving.yml") > i
     assert order[i + 1 :] == [
-        # Between the start of the JupyterLab job and the notebook play that waits for it,
-        # only plays that install nothing into the PyTorch environment the job writes:
-        # storage (boto3), launch (Horovod) and serving (Flask, TorchServe) pip into it.
-        "smoke.yml",
-        "monitoring.yml",
         "jupyterlab.yml",
         "storage.yml",
+        "smoke.yml",
         "launch.yml",
+        "monitoring.yml",
         "serving.yml",
         "pull_release.yml",  # no work: pull-mode hosts go back to pulling
     ]
-
-
-@pytest.mark.parametrize("role", ["gpu_smoke", "gpu_monitoring"])
-def test_the_plays_beside_the_jupyterlab_job_install_nothing_into_the_torch_environment(
-    role: str,
-) -> None:
-    """No pip task, and no reference to the PyTorch environment's pip, in the roles site.yml
-    runs between the background start and the notebook play."""
-    for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")):
-        tasks = path.read_text()
-        assert "ansible.builtin.pip" not in tasks, path
-        assert "bin/pip" not in tasks, path
 
 
 def test_the_job_takes_the_lock_the_install_phase_waits_for_before_apt_and_pip() -> None:
@@ -251,54 +235,6 @@ def test_the_tools_job_installs_what_the_install_phase_installs_under_the_lock_i
     assert background["hosts"] == storage["hosts"]
 
 
-def test_the_jupyterlab_job_installs_what_the_install_phase_installs_under_the_lock() -> None:
-    """jupyterlab's background start: preflight, the record forgotten, then the job on the
-    environment's pip with the install phase's requirements and index; the install phase
-    waits for the lock before its pip task and installs the same list."""
-    role = ROOT / "roles" / "jupyterlab"
-    start = _tasks(role / "tasks/background-start.yml")
-    assert start[0].get("ansible.builtin.import_tasks") == "preflight.yml"
-    assert start[1]["gpuprov_state"] == {"role": "jupyterlab", "state": "forget"}
-    assert "when" not in start[1]
-    job = next(t for t in start if t.get("poll") == 0)
-    argv = " ".join(job["ansible.builtin.command"]["argv"].split())
-    assert argv == (
-        "{{ ['flock', '--nonblock', _jupyterlab_pip_lock, _jupyterlab_venv ~ '/bin/pip',"
-        " 'install', '--disable-pip-version-check'] + _jupyterlab_requirements }}"
-    )
-    assert job["environment"] == "{{ _jupyterlab_pip_env }}"
-    assert job["async"] == "{{ _jupyterlab_background_timeout }}"
-    install = _tasks(role / "tasks/install-venv.yml")
-    waits = [
-        i
-        for i, t in enumerate(install)
-        if "flock" in t.get("ansible.builtin.command", {}).get("argv", [])
-    ]
-    pips = [i for i, t in enumerate(install) if "ansible.builtin.pip" in t]
-    assert len(waits) == 1, [t["name"] for t in install]
-    assert len(pips) == 1, [t["name"] for t in install]
-    assert waits[0] < pips[0]
-    wait = install[waits[0]]["ansible.builtin.command"]["argv"]
-    assert wait == _waited_for("_jupyterlab_background_timeout", "_jupyterlab_pip_lock")
-    pip = install[pips[0]]
-    assert pip["ansible.builtin.pip"]["name"] == "{{ _jupyterlab_requirements }}"
-    assert pip["ansible.builtin.pip"]["executable"] == "{{ _jupyterlab_venv }}/bin/pip"
-    assert pip["environment"] == "{{ _jupyterlab_pip_env }}"
-    block = next(t for t in _tasks(role / "tasks/background.yml") if "block" in t)
-    assert [t["ansible.builtin.include_tasks"]["file"] for t in block["block"]] == [
-        "background-start.yml"
-    ]
-    assert "not ansible_check_mode" in block["when"]
-    assert "jupyterlab_method == 'venv'" in block["when"]
-    assert any("__jupyterlab_bg_lab.stat.exists" in w for w in block["when"])
-    assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
-    # The job's pip sees the proxy the notebook play's pip would.
-    notebook = _tasks(ROOT / "playbooks/jupyterlab.yml")[0]
-    background = _tasks(ROOT / "playbooks/background.yml")[0]
-    assert background["environment"] == notebook["environment"]
-    assert background["hosts"] == notebook["hosts"]
-
-
 @pytest.mark.parametrize(
     ("role", "play", "lock_dir", "lock", "wait_file"),
     [
@@ -322,13 +258,6 @@ def test_the_jupyterlab_job_installs_what_the_install_phase_installs_under_the_l
             "_object_storage_lock_dir",
             "_object_storage_tools_lock",
             "install.yml",
-        ),
-        (
-            "jupyterlab",
-            "background.yml",
-            "_jupyterlab_lock_dir",
-            "_jupyterlab_pip_lock",
-            "install-venv.yml",
         ),
     ],
 )
