@@ -46,6 +46,8 @@ def test_each_restart_is_followed_by_its_readiness_wait() -> None:
         assert "ansible.builtin.uri" in wait, (topic, wait["name"])
         assert wait["retries"] == "{{ _model_serving_ready_retries }}"
         assert wait["delay"] == "{{ _model_serving_ready_delay }}"
+        # Each probe bounded: not the uri module's 30 s times the many retries.
+        assert wait["ansible.builtin.uri"]["timeout"] == "{{ _model_serving_probe_timeout }}"
         assert "until" in wait
 
 
@@ -54,6 +56,8 @@ def test_the_waits_last_model_serving_ready_timeout() -> None:
     service that came up just after a failed probe cost up to 3 s more)."""
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert role_vars["_model_serving_ready_delay"] == 1
+    # retries x (delay + probe timeout) at most what 60 x (3 + 30) allowed before
+    assert 180 * (1 + role_vars["_model_serving_probe_timeout"]) <= 60 * (3 + 30)
     assert role_vars["_model_serving_ready_retries"] == (
         "{{ (model_serving_ready_timeout / _model_serving_ready_delay) | int }}"
     )
