@@ -55,9 +55,16 @@ def test_the_waits_last_model_serving_ready_timeout() -> None:
     """A probe a second, and as many as the timeout has seconds (the delay was 3 s, so a
     service that came up just after a failed probe cost up to 3 s more)."""
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    assert role_vars["_model_serving_ready_delay"] == 1
-    # retries x (delay + probe timeout) at most what 60 x (3 + 30) allowed before
-    assert 180 * (1 + role_vars["_model_serving_probe_timeout"]) <= 60 * (3 + 30)
+    timeout = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())[
+        "model_serving_ready_timeout"
+    ]
+    delay = role_vars["_model_serving_ready_delay"]
+    assert delay == 1
+    # retries x (delay + probe timeout) at most what the 3-s probes allowed before, each
+    # with the uri module's 30 s: (timeout / 3) x (3 + 30)
+    assert timeout / delay * (delay + role_vars["_model_serving_probe_timeout"]) <= (
+        timeout / 3 * (3 + 30)
+    )
     assert role_vars["_model_serving_ready_retries"] == (
         "{{ (model_serving_ready_timeout / _model_serving_ready_delay) | int }}"
     )
