@@ -12,6 +12,12 @@ model_serving, gpu_monitoring, jupyterlab, object_storage) reads this block thro
 - ``container``: torch is in ``image``; there is no interpreter on the host (``None``): a role
   that needs one refuses, naming ``pytorch_method``.
 - ``none``: no environment (``pytorch_skip_reason`` says why).
+
+A pip environment has an install lock (``install_lock``): the pytorch role's background job
+holds it while it installs torch (``site.yml`` starts that job early, and an interrupted run
+leaves it running). Every role that installs into the environment (pytorch, jupyterlab,
+object_storage, dist_launch, model_serving) first waits for it, at most ``install_timeout``
+seconds, the job's own limit. This is the one place its path is written.
 """
 
 from __future__ import annotations
@@ -21,7 +27,20 @@ from typing import Any
 from compat.model import CompatError
 
 METHODS = ("pip", "conda", "container", "none")
-KEYS = ("method", "prefix", "interpreter", "kernel_name", "image")
+KEYS = (
+    "method",
+    "prefix",
+    "interpreter",
+    "kernel_name",
+    "image",
+    "install_lock",
+    "install_timeout",
+)
+# In a directory under /run that the pytorch role makes root's alone (0700) before the job:
+# flock(1) needs only read access to a lock file, so one that other users could reach could be
+# held by any of them, and every install would wait its hour.
+INSTALL_LOCK = "/run/gpuprov-pytorch/pip.lock"
+INSTALL_TIMEOUT_S = 3600
 
 
 def environment(
@@ -31,7 +50,8 @@ def environment(
     container_image: str = "",
     kernel_name: str = "",
 ) -> dict[str, Any]:
-    """The ``environment`` block: method, prefix, interpreter, kernel name, image."""
+    """The ``environment`` block: method, prefix, interpreter, kernel name, image, and the
+    install lock and its wait (pip only)."""
     if method not in METHODS:
         raise CompatError(f"pytorch_method is {method!r}; allowed: {', '.join(METHODS)}")
     prefix: str | None = None
@@ -52,4 +72,6 @@ def environment(
         "interpreter": f"{prefix}/bin/python" if prefix else None,
         "kernel_name": (kernel_name or None) if prefix else None,
         "image": (container_image or None) if method == "container" else None,
+        "install_lock": INSTALL_LOCK if method == "pip" else None,
+        "install_timeout": INSTALL_TIMEOUT_S if method == "pip" else None,
     }

@@ -15,6 +15,9 @@ description:
   - Every role that runs the host's torch reads it here (dist_launch, gpu_smoke,
     model_serving, gpu_monitoring, jupyterlab, object_storage); playbooks/plan.yml puts it in
     the plan. C(prefix) and C(interpreter) are null for the container and none methods.
+  - C(install_lock) and C(install_timeout) (pip only, else null) - the lock the pytorch
+    role's background install holds, which every role waits for (at most that many seconds)
+    before it installs into the environment.
   - Takes no terms; returns one dict.
 """
 
@@ -26,7 +29,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _raw:
-  description: C(method), C(prefix), C(interpreter), C(kernel_name), C(image).
+  description: >-
+    C(method), C(prefix), C(interpreter), C(kernel_name), C(image), C(install_lock),
+    C(install_timeout).
   type: list
   elements: dict
 """

@@ -8,10 +8,14 @@ read here."""
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import Any
 
+import jinja2
+import jinja2.meta
 import pytest
+import torch_environment  # plugins/lookup/torch_environment.py
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +91,20 @@ def _waited_for(timeout: str, lock: str) -> list[str]:
     """The argv of an install phase's wait: flock on the job's lock, up to the job's timeout,
     saying so when it times out (--verbose)."""
     return ["flock", "--verbose", "--wait", "{{ " + timeout + " }}", "{{ " + lock + " }}", "true"]
+
+
+def _rendered(value: str, variables: dict[str, Any]) -> str:
+    """``value`` with the role variables it names rendered first (as Ansible does, lazily),
+    and the torch_environment lookup answering as for a pip host
+    (plugins/lookup/torch_environment.py)."""
+    # Paths, not HTML: Ansible renders these without autoescape too.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701
+    env.filters["dirname"] = posixpath.dirname
+    block = torch_environment.torch_environment({"pytorch_method": "pip"})
+    names = jinja2.meta.find_undeclared_variables(env.parse(value)) - {"lookup"}
+    context: dict[str, Any] = {name: _rendered(variables[name], variables) for name in names}
+    context["lookup"] = {"gpuprov.fleet.torch_environment": block}.__getitem__
+    return env.from_string(value).render(context)
 
 
 def _site_order() -> list[str]:
@@ -271,9 +289,10 @@ def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
     which skips the only wait, starts no job."""
     tasks_dir = ROOT / "roles" / role / "tasks"
     variables = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
-    assert variables[lock].startswith("{{ " + lock_dir + " }}/")
-    assert variables[lock_dir].startswith("/run/")
-    assert not variables[lock_dir].startswith("/run/lock")
+    directory = _rendered(variables[lock_dir], variables)
+    assert _rendered(variables[lock], variables).startswith(directory + "/")
+    assert directory.startswith("/run/")
+    assert not directory.startswith("/run/lock")
     start = _tasks(tasks_dir / "background-start.yml")
     made = next(i for i, t in enumerate(start) if _lock_directory(t, lock_dir) is not None)
     assert _lock_directory(start[made], lock_dir) == {
@@ -298,3 +317,54 @@ def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
     assert include["ansible.builtin.include_role"]["tasks_from"] == "background"
     tags = [role, f"{role}_install"]
     assert include["tags"] == include["ansible.builtin.include_role"]["apply"]["tags"] == tags
+
+
+# The roles that install into the host's PyTorch environment besides pytorch, or run what is in
+# it right after installing (their converge.yml).
+TORCH_ENV_ROLES = ("jupyterlab", "object_storage", "dist_launch", "model_serving")
+
+
+def test_every_role_that_pips_into_an_environment_is_one_that_waits_for_the_torch_job() -> None:
+    """A role with a pip task outside its own venvs is in TORCH_ENV_ROLES (pytorch aside): a new
+    one that pips into the environment and does not wait fails here."""
+    own_venvs = {
+        "{{ _model_serving_triton_venv }}",
+        "{{ object_storage_tools_venv }}/bin/pip",
+        "{{ _gpuprov_pull_venv }}/bin/pip",
+    }
+    pipping = set()
+    for path in sorted((ROOT / "roles").glob("*/tasks/*.yml")):
+        for task in _tasks(path) or []:
+            pip = task.get("ansible.builtin.pip")
+            if pip and {pip.get("virtualenv"), pip.get("executable")}.isdisjoint(own_venvs):
+                pipping.add(path.parts[-3])
+    assert pipping - {"pytorch"} == set(TORCH_ENV_ROLES)
+
+
+@pytest.mark.parametrize("role", TORCH_ENV_ROLES)
+def test_each_role_waits_for_the_torch_job_before_its_converge_touches_the_environment(
+    role: str,
+) -> None:
+    """The pytorch role's background job (site.yml starts it early; an interrupted run leaves it
+    running) may still write the environment when a play of its own (storage.yml, ...) runs:
+    the converge waits for the environment's install lock, the one the job holds (the plan's
+    environment block), before any other task of the phase; the lab shows it for
+    object_storage (tests/lab/test_jupyterlab_storage.py)."""
+    variables = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
+    name = f"_{role}_torch_environment"
+    assert variables[name] == "{{ lookup('gpuprov.fleet.torch_environment') }}"
+    converge = _tasks(ROOT / "roles" / role / "tasks" / "converge.yml")
+    first = next(
+        i for i, t in enumerate(converge) if not {"ansible.builtin.debug", "gpuprov_state"} & set(t)
+    )
+    wait = converge[first]
+    assert wait["ansible.builtin.command"]["argv"] == _waited_for(
+        name + ".install_timeout", name + ".install_lock"
+    )
+    assert wait["ansible.builtin.command"]["removes"] == "{{ " + name + ".install_lock }}"
+    assert wait["when"] == name + ".install_lock is not none"
+    assert wait["tags"] == ["always"]
+    torch = yaml.safe_load((TORCH / "vars/main.yml").read_text())
+    block = torch_environment.torch_environment({"pytorch_method": "pip"})
+    assert _rendered(torch["_pytorch_pip_lock"], torch) == block["install_lock"]
+    assert _rendered(torch["_pytorch_background_timeout"], torch) == str(block["install_timeout"])

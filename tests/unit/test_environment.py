@@ -3,7 +3,7 @@ block) and the torch_environment lookup that every torch-running role reads it t
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import torch_environment as lookup  # plugins/lookup/torch_environment.py
@@ -47,6 +47,33 @@ def test_a_bad_value_names_its_variable(args: tuple[str, str, str], names: str) 
         environment(*args)
 
 
+@pytest.mark.parametrize("method", ["conda", "container", "none"])
+def test_only_a_pip_environment_has_an_install_lock(method: str) -> None:
+    """The pytorch role's background job, the lock's only holder, installs with pip."""
+    env = environment(method, "/srv/venv", "/srv/conda", "img", "k")
+    assert (env["install_lock"], env["install_timeout"]) == (None, None)
+
+
+def test_the_install_lock_is_root_s_alone_and_written_once() -> None:
+    """In a directory of its own under /run (the pytorch role makes it 0700 before the job;
+    not /run/lock, which any user may write), with a wait of at least a minute. Every role
+    reads it through the lookup: no role, playbook or plugin names the path again."""
+    env = environment("pip", "/srv/venv", "/srv/conda")
+    lock = PurePosixPath(env["install_lock"])
+    assert lock.parent.parent == PurePosixPath("/run")
+    assert lock.parent.name != "lock"
+    assert isinstance(env["install_timeout"], int)
+    assert env["install_timeout"] >= 60
+    copies = [
+        str(path.relative_to(ROOT))
+        for top in ("roles", "playbooks", "plugins", "inventories", "scripts")
+        for path in (ROOT / top).rglob("*")
+        if path.suffix in (".yml", ".yaml", ".py", ".j2", ".sh")
+        and str(lock.parent) in path.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert copies == []
+
+
 def test_the_lookup_takes_unset_values_from_the_roles_defaults() -> None:
     env = lookup.torch_environment({})
     venv = PYTORCH_DEFAULTS["pytorch_venv_path"]
@@ -73,6 +100,8 @@ def test_the_lookup_follows_a_changed_venv_path_and_the_container_method() -> No
         "interpreter": None,
         "kernel_name": None,
         "image": image,
+        "install_lock": None,
+        "install_timeout": None,
     }
     with pytest.raises(AnsibleLookupError, match="torch_environment: pytorch_method is 'x'"):
         lookup.torch_environment({"pytorch_method": "x"})
