@@ -5,7 +5,7 @@ The pytorch role decides it (``pytorch_method``, ``pytorch_venv_path``,
 ``roles/pytorch/defaults/main.yml`` and nowhere else) and jupyterlab names its kernel
 (``jupyterlab_kernel_name``). Every role that runs the host's torch (dist_launch, gpu_smoke,
 model_serving, gpu_monitoring, jupyterlab, object_storage) reads this block through the
-``gpuprov_environment`` filter instead of typing ``/opt/gpuprov/venv`` again.
+``gpuprov.fleet.torch_environment`` lookup instead of typing ``/opt/gpuprov/venv`` again.
 
 - ``pip`` and ``conda``: the environment is a directory on the host (``prefix``) with its own
   interpreter (``interpreter``).
@@ -17,7 +17,8 @@ A pip environment has an install lock (``install_lock``): the pytorch role's bac
 holds it while it installs torch (``site.yml`` starts that job early, and an interrupted run
 leaves it running). Every role that installs into the environment (pytorch, jupyterlab,
 object_storage, dist_launch, model_serving) first waits for it, at most ``install_timeout``
-seconds, the job's own limit. This is the one place its path is written.
+seconds, the job's own limit, and so do gpu_smoke's torch layers. This is the one place its
+path is written.
 """
 
 from __future__ import annotations

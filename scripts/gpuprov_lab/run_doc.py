@@ -77,7 +77,9 @@ def kind_of(name: str, action: str) -> str:
     head, _, what = rest.rpartition(" | ")
     stem = head.split(" | ", 1)[0]
     waits = what.startswith(WAITS)
-    if action in INSTALL_ACTIONS or (waits and stem.startswith("install")):
+    # A wait for an install is install time, in an install phase or for one (a role's
+    # converge waiting for the torch environment's install lock).
+    if action in INSTALL_ACTIONS or (waits and (stem.startswith("install") or " install" in what)):
         return "install"
     if stem.startswith(VERIFY_STEM) or (role, stem) in VERIFY_PHASES or waits:
         return "verify"

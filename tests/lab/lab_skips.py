@@ -40,6 +40,8 @@ OTHER_HOSTS = (
     "every host of this lab runs a notebook server",  # test_jupyterlab_storage.py
     "no storage clients in this lab",  # test_jupyterlab_storage.py (lab-k40m and trixie get them)
     "every host of this lab has storage clients",  # test_jupyterlab_storage.py
+    # test_jupyterlab_storage.py (lab-k40m has both)
+    "no host with both a torch environment and storage clients in this lab",
     "needs two GPU nodes",  # test_site.py's unreachable-host test
     "needs a trixie host",  # test_pull.py
     "needs a Debian 12 K40m node",  # test_offline_bundle.py

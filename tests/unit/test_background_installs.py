@@ -319,6 +319,16 @@ def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
     assert include["tags"] == include["ansible.builtin.include_role"]["apply"]["tags"] == tags
 
 
+def _flat(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks, those inside blocks (block, rescue, always) included."""
+    flat = []
+    for task in tasks:
+        flat.append(task)
+        for part in ("block", "rescue", "always"):
+            flat.extend(_flat(task.get(part, [])))
+    return flat
+
+
 # The roles that install into the host's PyTorch environment besides pytorch, or run what is in
 # it right after installing (their converge.yml).
 TORCH_ENV_ROLES = ("jupyterlab", "object_storage", "dist_launch", "model_serving")
@@ -334,7 +344,7 @@ def test_every_role_that_pips_into_an_environment_is_one_that_waits_for_the_torc
     }
     pipping = set()
     for path in sorted((ROOT / "roles").glob("*/tasks/*.yml")):
-        for task in _tasks(path) or []:
+        for task in _flat(_tasks(path)):
             pip = task.get("ansible.builtin.pip")
             if pip and {pip.get("virtualenv"), pip.get("executable")}.isdisjoint(own_venvs):
                 pipping.add(path.parts[-3])
@@ -368,3 +378,19 @@ def test_each_role_waits_for_the_torch_job_before_its_converge_touches_the_envir
     block = torch_environment.torch_environment({"pytorch_method": "pip"})
     assert _rendered(torch["_pytorch_pip_lock"], torch) == block["install_lock"]
     assert _rendered(torch["_pytorch_background_timeout"], torch) == str(block["install_timeout"])
+
+
+def test_smoke_waits_for_the_torch_job_before_its_torch_layers() -> None:
+    """smoke.yml run alone judges no half-installed torch: run_all.py gets the environment's
+    install lock and its timeout (tests/unit/test_smoke_layers.py shows the wait itself)."""
+    role = ROOT / "roles" / "gpu_smoke"
+    variables = yaml.safe_load((role / "vars/main.yml").read_text())
+    name = "_gpu_smoke_torch_environment"
+    assert variables[name] == "{{ lookup('gpuprov.fleet.torch_environment') }}"
+    run = next(
+        t for t in _tasks(role / "tasks/run.yml") if t["name"] == "run | Run the host layers"
+    )
+    argv = run["ansible.builtin.command"]["argv"]
+    assert f"['--wait-lock', {name}.install_lock," in argv
+    assert f"'--wait-timeout', {name}.install_timeout | string]" in argv
+    assert f"if {name}.install_lock is not none else []" in argv

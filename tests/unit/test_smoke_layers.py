@@ -8,7 +8,11 @@ torchrun through its exit code and output. The sysfs PCI scan reads a real tempo
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -713,3 +717,66 @@ def test_run_for_result_reads_the_workers_json_and_never_a_stale_one(tmp_path: P
     )
     assert (rc, got) == (124, None)
     assert "timed out" in output
+
+
+def _held(path):
+    """An exclusive flock on ``path`` through an open file of its own, as flock(1) in the
+    pytorch role's background job takes it; close the returned descriptor to let go."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_run_all_waits_until_no_install_holds_the_lock(tmp_path):
+    """A real flock: the wait returns once the holder lets go, not before."""
+    lock = tmp_path / "pip.lock"
+    fd = _held(lock)
+    let_go = []
+    timer = threading.Timer(0.6, lambda: (let_go.append(time.monotonic()), os.close(fd)))
+    timer.start()
+    try:
+        waited = run_all.wait_for_install(str(lock), 30)
+    finally:
+        timer.join()
+    assert time.monotonic() >= let_go[0]
+    assert waited is not None
+    assert waited >= 0.5
+    assert run_all.wait_for_install(str(lock), 30) == 0.0  # free: no wait at all
+
+
+def test_run_all_no_lock_file_is_no_install(tmp_path):
+    assert run_all.wait_for_install(str(tmp_path / "none.lock"), 30) is None
+
+
+def test_run_all_a_lock_held_past_the_timeout_fails_the_torch_layers(tmp_path, capsys):
+    """The torch layers fail naming the lock file, unrun; the others run as always."""
+    root = write_pci(tmp_path, K40M)
+    lock = tmp_path / "pip.lock"
+    fd = _held(lock)
+    try:
+        rc = run_all.main(
+            [
+                "--layers",
+                "L0,L3,L4",
+                "--required",
+                "L0",
+                "--sysfs-root",
+                str(root),
+                "--python",
+                str(tmp_path / "no-such-python"),
+                "--wait-lock",
+                str(lock),
+                "--wait-timeout",
+                "0.2",
+            ]
+        )
+    finally:
+        os.close(fd)
+    report = json.loads(capsys.readouterr().out)
+    got = {v["layer"]: (v["status"], v["reason"]) for v in report["layers"]}
+    assert got["L0"][0] == "pass"
+    for layer in ("L3", "L4"):
+        assert got[layer][0] == "fail", layer
+        assert f"still holds {lock} after 0.2 s" in got[layer][1], layer
+    assert report["waited_for_install_s"] is None
+    assert rc == 0  # neither torch layer was required here
