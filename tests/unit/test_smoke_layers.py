@@ -676,24 +676,17 @@ def test_run_all_lab_like_host_is_honest(tmp_path, capsys):
     assert report["not_passed"][0]["layer"] == "L1"
 
 
+def _run_all_on_a_k40m(tmp_path: Path, layers: str, *more: str) -> int:
+    """run_all.py's main on a simulated K40m tree, L0 required, with no torch interpreter."""
+    root = write_pci(tmp_path, K40M)
+    argv = ["--layers", layers, "--required", "L0", "--sysfs-root", str(root)]
+    return run_all.main([*argv, "--python", str(tmp_path / "no-such-python"), *more])
+
+
 def test_run_all_without_torch_skips_the_torch_layers(tmp_path, capsys):
     """--no-torch (pytorch_method: none): L3, PERF and L4 are skipped with the reason, unrun."""
-    root = write_pci(tmp_path, K40M)
     reason = "no PyTorch environment on this host (pytorch_method: none)"
-    rc = run_all.main(
-        [
-            "--layers",
-            "L0,L3,PERF,L4",
-            "--required",
-            "L0",
-            "--sysfs-root",
-            str(root),
-            "--python",
-            str(tmp_path / "no-such-python"),
-            "--no-torch",
-            reason,
-        ]
-    )
+    rc = _run_all_on_a_k40m(tmp_path, "L0,L3,PERF,L4", "--no-torch", reason)
     report = json.loads(capsys.readouterr().out)
     got = {v["layer"]: (v["status"], v["reason"]) for v in report["layers"]}
     assert got["L0"][0] == "pass"
@@ -750,25 +743,11 @@ def test_run_all_no_lock_file_is_no_install(tmp_path):
 
 def test_run_all_a_lock_held_past_the_timeout_fails_the_torch_layers(tmp_path, capsys):
     """The torch layers fail naming the lock file, unrun; the others run as always."""
-    root = write_pci(tmp_path, K40M)
     lock = tmp_path / "pip.lock"
     fd = _held(lock)
     try:
-        rc = run_all.main(
-            [
-                "--layers",
-                "L0,L3,L4",
-                "--required",
-                "L0",
-                "--sysfs-root",
-                str(root),
-                "--python",
-                str(tmp_path / "no-such-python"),
-                "--wait-lock",
-                str(lock),
-                "--wait-timeout",
-                "0.2",
-            ]
+        rc = _run_all_on_a_k40m(
+            tmp_path, "L0,L3,L4", "--wait-lock", str(lock), "--wait-timeout", "0.2"
         )
     finally:
         os.close(fd)
