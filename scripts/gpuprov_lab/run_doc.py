@@ -28,6 +28,8 @@ INSTALL_ACTIONS = frozenset(
 VERIFY_STEM = "verify"
 VERIFY_PHASES = frozenset({("gpu_smoke", "run"), ("gpu_smoke", "report")})
 WAITS = ("Wait for ", "Wait until ")
+# A role's converge waiting for the torch environment's install lock (install time).
+INSTALL_WAIT = "Wait for an install into "
 
 
 DOC_START = re.compile(r"^\{", re.MULTILINE)
@@ -77,9 +79,12 @@ def kind_of(name: str, action: str) -> str:
     head, _, what = rest.rpartition(" | ")
     stem = head.split(" | ", 1)[0]
     waits = what.startswith(WAITS)
-    # A wait for an install is install time, in an install phase or for one (a role's
-    # converge waiting for the torch environment's install lock).
-    if action in INSTALL_ACTIONS or (waits and (stem.startswith("install") or " install" in what)):
+    # A wait in an install phase, or for an install (INSTALL_WAIT), is install time.
+    if (
+        action in INSTALL_ACTIONS
+        or (waits and stem.startswith("install"))
+        or what.startswith(INSTALL_WAIT)
+    ):
         return "install"
     if stem.startswith(VERIFY_STEM) or (role, stem) in VERIFY_PHASES or waits:
         return "verify"

@@ -290,10 +290,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size-mib", type=int, default=16)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--python", default=sys.executable)
+    sl.add_install_wait(parser)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.result, args.size_mib, args.iters, args.pg_timeout)
     started = time.monotonic()
+    if args.wait_lock:
+        _, held = sl.install_wait(args.wait_lock, args.wait_timeout)
+        if held:
+            v = sl.verdict(
+                "L5", "distributed", sl.FAIL, held, hint=sl.INSTALL_HINT, started=started
+            )
+            sl.emit(v, args.out)
+            return sl.exit_code(v)
     result_path = Path(args.result or f"/tmp/gpuprov-l5-{os.getpid()}.json")  # noqa: S108
     cmd = torchrun_command(
         args.python,

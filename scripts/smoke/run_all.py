@@ -21,15 +21,15 @@ run_all.py includes it only when asked with --layers ...,L5 (a one-host run, --n
 --wait-lock FILE (the torch environment's install lock, which the pytorch role's background
 install holds while it writes the environment; an interrupted site.yml leaves it running)
 waits, at most --wait-timeout seconds, until no install holds it before the torch layers
-run, so that smoke.yml run alone does not judge a half-installed torch. A lock that stays
-held fails the torch layers, naming the file. No such file: no install since boot.
+run, so that smoke.yml run alone does not judge a half-installed torch (l5_distributed.py
+takes the same options). A lock that stays held fails the torch layers, naming the file. No
+such file: no install since boot.
 
 Exit 0 when every required layer passed (skipped never counts as a pass), 1 otherwise.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -206,32 +206,6 @@ def run_shared(
     return verdicts
 
 
-def wait_for_install(lock: str, timeout: float) -> float | None:
-    """Wait until no install holds ``lock`` (taken exclusively by flock(1) in the install's
-    job): a shared flock of our own, let go at once. The seconds waited, or None when the file
-    does not exist; TimeoutError after ``timeout`` seconds."""
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    start = time.monotonic()
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() - start >= timeout:
-                    raise TimeoutError(
-                        f"an install into the torch environment still holds {lock} after "
-                        f"{timeout:g} s"
-                    ) from None
-                time.sleep(0.5)
-            else:
-                return round(time.monotonic() - start, 3)
-    finally:
-        os.close(fd)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = sl.base_parser("gpuprov smoke: all layers")
     parser.add_argument("--layers", default="L0,L1,L2,L3,PERF,L4")
@@ -257,14 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "with REASON instead of running",
     )
     parser.add_argument("--layer-timeout", type=float, default=600)
-    parser.add_argument(
-        "--wait-lock",
-        default="",
-        metavar="FILE",
-        help="the torch environment's install lock: wait until no install holds it before "
-        "the torch layers run",
-    )
-    parser.add_argument("--wait-timeout", type=float, default=3600)
+    sl.add_install_wait(parser)
     parser.add_argument(
         "--gpu",
         action="append",
@@ -285,16 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_layer: dict[str, dict[str, Any]] = {}
     waited, held = None, ""
     if a.wait_lock and not a.no_torch and set(TORCH_LAYERS) & set(layers):
-        try:
-            waited = wait_for_install(a.wait_lock, a.wait_timeout)
-        except TimeoutError as exc:
-            held = str(exc)
+        waited, held = sl.install_wait(a.wait_lock, a.wait_timeout)
     shared = [x for x in layers if x in SHARED_LAYERS and not a.no_torch and not held]
     for layer in layers:
         if a.no_torch and layer in TORCH_LAYERS:
             by_layer[layer] = sl.verdict(layer, NAMES[layer], sl.SKIPPED, a.no_torch)
         elif held and layer in TORCH_LAYERS:
-            by_layer[layer] = sl.verdict(layer, NAMES[layer], sl.FAIL, held)
+            by_layer[layer] = sl.verdict(layer, NAMES[layer], sl.FAIL, held, hint=sl.INSTALL_HINT)
         elif layer in shared:
             if layer == shared[0]:
                 jobs = [(x, layer_args(x, a)) for x in shared]

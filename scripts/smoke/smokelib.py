@@ -19,6 +19,7 @@ without NVIDIA devices when the caller allows CPU runs.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib
 import json
 import os
@@ -247,3 +248,56 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", help="also write the JSON verdict to this file")
     return parser
+
+
+# ---------------------------------------------------------------------------
+# The torch environment's install lock
+
+INSTALL_HINT = (
+    "the pytorch role's background pip install of torch still runs (site.yml starts it early; "
+    "an interrupted run leaves it running): wait for it, or run playbooks/pytorch.yml, then "
+    "smoke.yml again"
+)
+
+
+def add_install_wait(parser: argparse.ArgumentParser) -> None:
+    """--wait-lock FILE and --wait-timeout S: see install_wait."""
+    parser.add_argument(
+        "--wait-lock",
+        default="",
+        metavar="FILE",
+        help="the torch environment's install lock: wait until no install holds it before "
+        "the torch layers run",
+    )
+    parser.add_argument("--wait-timeout", type=float, default=3600)
+
+
+def install_wait(lock: str, timeout: float) -> tuple[float | None, str]:
+    """Wait until no install holds ``lock`` (the pytorch role's background job takes it
+    exclusively, with flock(1)): a shared flock of our own, on an open file of our own, let go
+    at once. Returns (the seconds waited, or None when the file does not exist: no install since
+    boot; "" or why the torch layers cannot run: the lock still held after ``timeout`` seconds,
+    or the file unreadable)."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"cannot open the torch environment's install lock {lock}: {exc.strerror}"
+    start = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if waited >= timeout:
+                    return round(waited, 3), (
+                        f"an install into the torch environment still holds {lock} after "
+                        f"{timeout:g} s"
+                    )
+                time.sleep(0.5)
+            else:
+                return round(time.monotonic() - start, 3), ""
+    finally:
+        os.close(fd)

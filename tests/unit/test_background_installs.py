@@ -381,16 +381,18 @@ def test_each_role_waits_for_the_torch_job_before_its_converge_touches_the_envir
 
 
 def test_smoke_waits_for_the_torch_job_before_its_torch_layers() -> None:
-    """smoke.yml run alone judges no half-installed torch: run_all.py gets the environment's
-    install lock and its timeout (tests/unit/test_smoke_layers.py shows the wait itself)."""
+    """smoke.yml run alone judges no half-installed torch: run_all.py (the host layers) and
+    l5_distributed.py (L5) get the environment's install lock and its timeout
+    (tests/unit/test_smoke_layers.py shows the wait itself)."""
     role = ROOT / "roles" / "gpu_smoke"
     variables = yaml.safe_load((role / "vars/main.yml").read_text())
     name = "_gpu_smoke_torch_environment"
     assert variables[name] == "{{ lookup('gpuprov.fleet.torch_environment') }}"
-    run = next(
-        t for t in _tasks(role / "tasks/run.yml") if t["name"] == "run | Run the host layers"
-    )
-    argv = run["ansible.builtin.command"]["argv"]
-    assert f"['--wait-lock', {name}.install_lock," in argv
-    assert f"'--wait-timeout', {name}.install_timeout | string]" in argv
-    assert f"if {name}.install_lock is not none else []" in argv
+    wait = variables["_gpu_smoke_wait_args"]
+    assert f"['--wait-lock', {name}.install_lock," in wait
+    assert f"'--wait-timeout', {name}.install_timeout | string]" in wait
+    assert f"if {name}.install_lock is not none else []" in wait
+    run = {t["name"]: t for t in _tasks(role / "tasks/run.yml")}
+    for task in ("Run the host layers", "Run the torchrun all_reduce across the hosts (L5)"):
+        argv = run[f"run | {task}"]["ansible.builtin.command"]["argv"]
+        assert "+ _gpu_smoke_wait_args" in argv, task

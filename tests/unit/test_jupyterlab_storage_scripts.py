@@ -4,7 +4,10 @@ example inventory's secrets (references to Vault or the controller's environment
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,39 @@ ROOT = Path(__file__).resolve().parents[2]
 )
 def test_kernel_display_name(version: str, cuda: str | None, name: str) -> None:
     assert jupyter.kernel_display_name(version, cuda) == name
+
+
+@pytest.mark.parametrize(
+    ("cuda_line", "want"),
+    [
+        ("cuda: Optional[str] = None", (None, "PyTorch 2.13.0 (CPU)")),
+        ("cuda: Optional[str] = '12.4'", ("12.4", "PyTorch 2.5.1 CUDA 12.4")),
+    ],
+)
+def test_probe_reads_torch_version_py_without_importing_torch(
+    tmp_path: Path, cuda_line: str, want: tuple[str | None, str]
+) -> None:
+    """As the role runs it (a process of the environment's interpreter, here with a torch
+    package laid out as the wheels lay it out on its path), whose __init__ would fail."""
+    version = "2.13.0+cpu" if want[0] is None else "2.5.1"
+    torch = tmp_path / "site" / "torch"
+    torch.mkdir(parents=True)
+    (torch / "__init__.py").write_text("raise ImportError('imported')\n")
+    (torch / "version.py").write_text(
+        "from typing import Optional\n\n"
+        f"__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']\n"
+        f"__version__ = '{version}'\ndebug = False\n{cuda_line}\n"
+        "git_version = '0123abc'\nhip: Optional[str] = None\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, jupyter.__file__, "probe"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"torch": version, "cuda": want[0], "display_name": want[1]}
 
 
 def test_parse_answer() -> None:

@@ -720,7 +720,7 @@ def _held(path):
     return fd
 
 
-def test_run_all_waits_until_no_install_holds_the_lock(tmp_path):
+def test_the_wait_returns_once_no_install_holds_the_lock(tmp_path):
     """A real flock: the wait returns once the holder lets go, not before."""
     lock = tmp_path / "pip.lock"
     fd = _held(lock)
@@ -728,17 +728,26 @@ def test_run_all_waits_until_no_install_holds_the_lock(tmp_path):
     timer = threading.Timer(0.6, lambda: (let_go.append(time.monotonic()), os.close(fd)))
     timer.start()
     try:
-        waited = run_all.wait_for_install(str(lock), 30)
+        waited, problem = sl.install_wait(str(lock), 30)
+        returned = time.monotonic()
     finally:
         timer.join()
-    assert time.monotonic() >= let_go[0]
+    assert returned >= let_go[0]
+    assert problem == ""
     assert waited is not None
     assert waited >= 0.5
-    assert run_all.wait_for_install(str(lock), 30) == 0.0  # free: no wait at all
+    assert sl.install_wait(str(lock), 30) == (0.0, "")  # free: no wait at all
 
 
-def test_run_all_no_lock_file_is_no_install(tmp_path):
-    assert run_all.wait_for_install(str(tmp_path / "none.lock"), 30) is None
+def test_no_lock_file_is_no_install_and_an_unreadable_one_is_named(tmp_path):
+    assert sl.install_wait(str(tmp_path / "none.lock"), 30) == (None, "")
+    (tmp_path / "file").write_text("")
+    waited, problem = sl.install_wait(str(tmp_path / "file" / "pip.lock"), 30)
+    assert waited is None
+    assert problem == (
+        f"cannot open the torch environment's install lock {tmp_path}/file/pip.lock: "
+        "Not a directory"
+    )
 
 
 def test_run_all_a_lock_held_past_the_timeout_fails_the_torch_layers(tmp_path, capsys):
@@ -757,5 +766,23 @@ def test_run_all_a_lock_held_past_the_timeout_fails_the_torch_layers(tmp_path, c
     for layer in ("L3", "L4"):
         assert got[layer][0] == "fail", layer
         assert f"still holds {lock} after 0.2 s" in got[layer][1], layer
-    assert report["waited_for_install_s"] is None
+    hints = {v["layer"]: v["hint"] for v in report["layers"]}
+    assert "background pip install of torch still runs" in hints["L3"]
+    assert report["waited_for_install_s"] >= 0.2
     assert rc == 0  # neither torch layer was required here
+
+
+def test_l5_fails_without_starting_torchrun_while_an_install_holds_the_lock(tmp_path, capsys):
+    """The other hosts then fail L5 at the rendezvous, bounded by its join timeout."""
+    lock = tmp_path / "pip.lock"
+    fd = _held(lock)
+    try:
+        wait = ["--wait-lock", str(lock), "--wait-timeout", "0.2"]
+        rc = l5.main(["--python", str(tmp_path / "no-such-python"), *wait])
+    finally:
+        os.close(fd)
+    v = json.loads(capsys.readouterr().out)
+    assert (v["layer"], v["status"]) == ("L5", "fail")
+    assert v["reason"] == f"an install into the torch environment still holds {lock} after 0.2 s"
+    assert "command" not in v["details"]  # torchrun never ran
+    assert rc == 1

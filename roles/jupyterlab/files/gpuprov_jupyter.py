@@ -2,7 +2,8 @@
 """Host-side helper of the jupyterlab role (stdlib + websocket-client, which jupyter_server needs).
 
 gpuprov_jupyter.py probe
-    run with the kernel's interpreter: prints {"torch", "cuda", "display_name"} as JSON
+    run with the kernel's interpreter: prints {"torch", "cuda", "display_name"} as JSON,
+    read from torch/version.py without importing torch
 gpuprov_jupyter.py roundtrip --url URL --kernel NAME [--cafile PEM]   (token on stdin)
     REST health (/api/status with the token), then a real kernel round trip: start a
     kernel through the server, run `import torch; print(torch.__version__,
@@ -46,13 +47,22 @@ def parse_answer(text: str) -> dict[str, Any]:
 
 
 def probe() -> dict[str, Any]:
-    import torch
+    """The environment's torch build, read from torch/version.py, the module that
+    torch.__version__ and torch.version.cuda come from, without importing torch (about a
+    second on a CPU build; the verify phase's kernel round trip imports it)."""
+    import importlib.util
+    import runpy
+    from pathlib import Path
 
-    cuda = torch.version.cuda
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"no torch package for {sys.executable}")
+    version = runpy.run_path(str(Path(next(iter(spec.submodule_search_locations)), "version.py")))
+    torch_version, cuda = str(version["__version__"]), version.get("cuda")
     return {
-        "torch": torch.__version__,
+        "torch": torch_version,
         "cuda": cuda,
-        "display_name": kernel_display_name(torch.__version__, cuda),
+        "display_name": kernel_display_name(torch_version, cuda),
     }
 
 
