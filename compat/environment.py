@@ -8,7 +8,9 @@ model_serving, gpu_monitoring, jupyterlab, object_storage) reads this block thro
 ``gpuprov.fleet.torch_environment`` lookup instead of typing ``/opt/gpuprov/venv`` again.
 
 - ``pip`` and ``conda``: the environment is a directory on the host (``prefix``) with its own
-  interpreter (``interpreter``).
+  interpreter (``interpreter``). A pip environment also names the interpreter that makes it
+  (``base_interpreter``, ``pytorch_python``): a role that prepares packages for it before it
+  exists (jupyterlab's background download) needs the same Python.
 - ``container``: torch is in ``image``; there is no interpreter on the host (``None``): a role
   that needs one refuses, naming ``pytorch_method``.
 - ``none``: no environment (``pytorch_skip_reason`` says why).
@@ -34,6 +36,7 @@ KEYS = (
     "interpreter",
     "kernel_name",
     "image",
+    "base_interpreter",
     "install_lock",
     "install_timeout",
 )
@@ -50,9 +53,10 @@ def environment(
     conda_env_path: str,
     container_image: str = "",
     kernel_name: str = "",
+    base_python: str = "",
 ) -> dict[str, Any]:
-    """The ``environment`` block: method, prefix, interpreter, kernel name, image, and the
-    install lock and its wait (pip only)."""
+    """The ``environment`` block: method, prefix, interpreter, kernel name, image, and (pip
+    only) the interpreter that makes the environment and the install lock and its wait."""
     if method not in METHODS:
         raise CompatError(f"pytorch_method is {method!r}; allowed: {', '.join(METHODS)}")
     prefix: str | None = None
@@ -73,6 +77,7 @@ def environment(
         "interpreter": f"{prefix}/bin/python" if prefix else None,
         "kernel_name": (kernel_name or None) if prefix else None,
         "image": (container_image or None) if method == "container" else None,
+        "base_interpreter": (base_python or None) if method == "pip" else None,
         "install_lock": INSTALL_LOCK if method == "pip" else None,
         "install_timeout": INSTALL_TIMEOUT_S if method == "pip" else None,
     }

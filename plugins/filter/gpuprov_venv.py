@@ -1,8 +1,9 @@
 # Copyright: gpuprov contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Ansible filter: the argv of a background job that makes a virtual environment (unless it
+"""Ansible filters: the argv of a background job that makes a virtual environment (unless it
 exists) and then installs into it with its own pip (roles/pytorch, roles/model_serving and
-roles/object_storage, tasks/background-start.yml; issue 19)."""
+roles/object_storage, tasks/background-start.yml), and of one that downloads packages for an
+environment that may not exist yet (roles/jupyterlab, tasks/background-start.yml; issue 19)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,32 @@ os.execv(pip, [pip, "install", "--disable-pip-version-check"] + sys.argv[2:])
 """
 
 
+# The download job (gpuprov_pip_download_argv). Its own pip, in a scratch venv that the base
+# interpreter makes (the environment the packages are for may not exist yet, and Debian's
+# python3 has no pip of its own), downloads into <dir>/wheels, emptied first, under a lock
+# file in <dir> that it holds to the end: a second job (an interrupted run's, still going)
+# exits with DOWNLOAD_BUSY and touches nothing.
+DOWNLOAD_BUSY = 75  # EX_TEMPFAIL
+DOWNLOAD_CODE = f"""\
+import fcntl, os, shutil, subprocess, sys, venv
+top = sys.argv[1]
+os.makedirs(top, mode=0o700, exist_ok=True)
+os.chmod(top, 0o700)
+lock = os.open(os.path.join(top, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    sys.exit({DOWNLOAD_BUSY})
+wheels = os.path.join(top, "wheels")
+shutil.rmtree(wheels, ignore_errors=True)
+pip = os.path.join(top, "pip", "bin", "pip")
+if not os.path.exists(pip):
+    venv.EnvBuilder(with_pip=True, symlinks=True, clear=True).create(os.path.join(top, "pip"))
+argv = [pip, "download", "--disable-pip-version-check", "--dest", wheels] + sys.argv[2:]
+sys.exit(subprocess.call(argv))
+"""
+
+
 def venv_install_argv(venv: str, python: str, arguments: Sequence[str]) -> list[str]:
     """``python -I -c CODE venv arguments...``; refuses a relative path or a string for the list."""
     if not venv.startswith("/"):
@@ -61,6 +88,22 @@ def venv_install_argv(venv: str, python: str, arguments: Sequence[str]) -> list[
     return [python, "-I", "-c", CODE, venv, *map(str, arguments)]
 
 
+def pip_download_argv(top: str, python: str, arguments: Sequence[str]) -> list[str]:
+    """``python -I -c DOWNLOAD_CODE top arguments...``: a job that downloads what
+    ``pip install arguments...`` would install into ``top``/wheels, with a pip of ``python``'s
+    (a scratch venv in ``top``/pip), so that an install into an environment of that Python
+    can later run with ``--no-index --find-links top/wheels``. ``top`` is made root's alone
+    (0700); exit status DOWNLOAD_BUSY when another job holds ``top``/lock, else pip's."""
+    if not top.startswith("/"):
+        raise ValueError(f"gpuprov_pip_download_argv: the directory must be absolute: {top!r}")
+    if isinstance(arguments, str):
+        raise TypeError(f"gpuprov_pip_download_argv: arguments must be a list: {arguments!r}")
+    return [python, "-I", "-c", DOWNLOAD_CODE, top, *map(str, arguments)]
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"gpuprov_venv_install_argv": venv_install_argv}
+        return {
+            "gpuprov_venv_install_argv": venv_install_argv,
+            "gpuprov_pip_download_argv": pip_download_argv,
+        }

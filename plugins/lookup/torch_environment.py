@@ -10,11 +10,13 @@ short_description: Where the host's PyTorch environment lives (method, prefix, i
 description:
   - The plan's C(environment) block (docs/design.md, "The host plan"), from the variables the
     task sees - C(pytorch_method), C(pytorch_venv_path), C(pytorch_conda_env_path),
-    C(pytorch_container_image), C(jupyterlab_kernel_name) - and, for those not set, the
-    pytorch and jupyterlab roles' defaults (their one source).
+    C(pytorch_container_image), C(jupyterlab_kernel_name), C(pytorch_python) - and, for those
+    not set, the pytorch and jupyterlab roles' defaults (their one source).
   - Every role that runs the host's torch reads it here (dist_launch, gpu_smoke,
     model_serving, gpu_monitoring, jupyterlab, object_storage); playbooks/plan.yml puts it in
     the plan. C(prefix) and C(interpreter) are null for the container and none methods.
+  - C(base_interpreter) (pip only, else null) - the interpreter that makes the environment
+    (C(pytorch_python)), for a role that prepares packages before the environment exists.
   - C(install_lock) and C(install_timeout) (pip only, else null) - the lock the pytorch
     role's background install holds, which every role waits for (at most that many seconds)
     before it installs into the environment.
@@ -30,8 +32,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _raw:
   description: >-
-    C(method), C(prefix), C(interpreter), C(kernel_name), C(image), C(install_lock),
-    C(install_timeout).
+    C(method), C(prefix), C(interpreter), C(kernel_name), C(image), C(base_interpreter),
+    C(install_lock), C(install_timeout).
   type: list
   elements: dict
 """
@@ -50,6 +52,7 @@ VARIABLES = {
     "pytorch_conda_env_path": "pytorch",
     "pytorch_container_image": "pytorch",
     "jupyterlab_kernel_name": "jupyterlab",
+    "pytorch_python": "pytorch",
 }
 
 

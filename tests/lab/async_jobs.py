@@ -4,14 +4,19 @@ site.yml starts long pip installs as Ansible async jobs (playbooks/background_py
 playbooks/background.yml); Ansible leaves each job's result in root's ~/.ansible_async/.
 `pip_jobs` reads the jobs whose command names a given environment (each job makes its venv,
 then runs its pip: plugins/filter/gpuprov_venv.py), with their rc and their start and end as
-epoch seconds, oldest first.
+epoch seconds, oldest first. `jupyterlab_results` reads, from a run's json callback document,
+what the jupyterlab role's download job (roles/jupyterlab/tasks/background-start.yml) and the
+install phase's tasks that use it did.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 # Runs on the host with the environment's path as its argument.
 PIP_JOBS = r"""
@@ -31,6 +36,32 @@ print(json.dumps(sorted(jobs, key=lambda j: j["start"])))
 """
 
 Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
+
+JUPYTER_JOB = "jupyterlab : background-start | Start the download of JupyterLab's packages (async)"
+JUPYTER_WAIT = "jupyterlab : install-venv | Wait for this run's download of the packages"
+JUPYTER_LOCAL = (
+    "jupyterlab : install-venv | Install JupyterLab and ipykernel from this run's download"
+    " (no index)"
+)
+JUPYTER_INDEX = (
+    "jupyterlab : install-venv | Install JupyterLab and ipykernel into the PyTorch environment"
+)
+JUPYTER_REMOVE = "jupyterlab : install-venv | Remove this run's download"
+# Where the download goes, read from the role (its one source).
+JUPYTER_VARS = Path(__file__).resolve().parents[2] / "roles/jupyterlab/vars/main.yml"
+JUPYTER_DOWNLOAD = str(yaml.safe_load(JUPYTER_VARS.read_text())["_jupyterlab_download_dir"])
+
+
+def jupyterlab_results(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The results of the jupyterlab download's tasks in a run, by "host / task"."""
+    names = (JUPYTER_JOB, JUPYTER_WAIT, JUPYTER_LOCAL, JUPYTER_INDEX, JUPYTER_REMOVE)
+    return {
+        f"{host} / {task['task']['name']}": result
+        for play in doc["plays"]
+        for task in play["tasks"]
+        if task["task"]["name"] in names
+        for host, result in task["hosts"].items()
+    }
 
 
 def pip_jobs(lab: Lab, host: str, venv: str) -> list[dict[str, float]]:

@@ -25,7 +25,17 @@ from typing import Any
 import pytest
 import shared_runs
 import yaml
+from async_jobs import (
+    JUPYTER_DOWNLOAD,
+    JUPYTER_INDEX,
+    JUPYTER_JOB,
+    JUPYTER_LOCAL,
+    JUPYTER_REMOVE,
+    JUPYTER_WAIT,
+    jupyterlab_results,
+)
 from conftest import role_ports
+from gpuprov_lab.run_doc import json_document
 from gpuprov_lab.site import vault_password_file
 from lab import ssh_argv  # scripts/lab.py, the lab's SSH command line (pythonpath)
 from playbook_output import CONVERGED, MARK, outcomes, recap_total
@@ -584,3 +594,47 @@ def test_storage_waits_for_an_install_still_writing_the_torch_environment(
         assert installed > let_go, (installed, let_go)
     finally:
         host_run(lab, host, f"pkill -f '[t]ouch {held}'; rm -f {held} {released}")
+
+
+def test_jupyterlab_installs_from_the_index_while_another_download_holds_its_directory(
+    lab: Lab, env_converged: Path, notebook_hosts: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """site.yml downloads JupyterLab's packages in the background on a host that lacks it
+    (roles/jupyterlab/tasks/background.yml). When an earlier run's download, still going, holds
+    the download directory (here a process holding its lock, a real flock), this run's job
+    exits busy (75) and touches nothing of it, and the notebook play installs from the index as
+    it did before the download existed. JupyterLab is uninstalled first, so that a converged
+    host starts a download; the run after it (lab tests later) finds the host converged."""
+    host = notebook_hosts[0]
+    venv_bin = Path(VENV_PY).parent
+    kept = f"{JUPYTER_DOWNLOAD}/wheels/kept-1.0-py3-none-any.whl"
+    pidfile = "/tmp/gpuprov-test-download-holder"
+    holder = f"echo $$ > {pidfile}; exec sleep {HOLD_LIMIT_S}"
+    setup = host_run(
+        lab,
+        host,
+        f"set -e; {VENV_PY} -m pip uninstall -y -q jupyterlab; test ! -e {venv_bin}/jupyter-lab; "
+        f"mkdir -p -m 0700 {JUPYTER_DOWNLOAD}/wheels; touch {kept}; rm -f {pidfile}; "
+        f"nohup setsid flock {JUPYTER_DOWNLOAD}/lock sh -c {_quote(holder)} "
+        "> /dev/null 2>&1 < /dev/null & "
+        f"for i in $(seq 100); do flock -n {JUPYTER_DOWNLOAD}/lock true || exit 0; sleep 0.1; "
+        "done; exit 1",
+    )
+    try:
+        assert setup.returncode == 0, setup.stderr
+        monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", "ansible.builtin.json")
+        proc = lab.ansible_playbook("playbooks/site.yml", "--limit", host, "--tags", "jupyterlab")
+        doc = json_document(proc.stdout)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+        assert doc is not None, proc.stdout[-4000:]
+        results = jupyterlab_results(doc)
+        assert results[f"{host} / {JUPYTER_JOB}"].get("ansible_job_id"), results
+        waited = results[f"{host} / {JUPYTER_WAIT}"]
+        assert (waited.get("finished"), waited.get("rc")) == (1, 75), waited
+        assert results[f"{host} / {JUPYTER_LOCAL}"].get("skipped"), results
+        assert results[f"{host} / {JUPYTER_INDEX}"].get("changed"), results
+        assert results[f"{host} / {JUPYTER_REMOVE}"].get("skipped"), results
+        after = host_run(lab, host, f"test -x {venv_bin}/jupyter-lab && test -e {kept}")
+        assert after.returncode == 0, "JupyterLab not back, or the held download touched"
+    finally:
+        host_run(lab, host, f"kill $(cat {pidfile}); rm -rf {pidfile} {JUPYTER_DOWNLOAD}")

@@ -35,7 +35,16 @@ from typing import Any
 import pytest
 import shared_runs
 import yaml
-from async_jobs import pip_jobs
+from async_jobs import (
+    JUPYTER_DOWNLOAD,
+    JUPYTER_INDEX,
+    JUPYTER_JOB,
+    JUPYTER_LOCAL,
+    JUPYTER_REMOVE,
+    JUPYTER_WAIT,
+    jupyterlab_results,
+    pip_jobs,
+)
 from gpuprov_lab.run_doc import json_document
 from lab_skips import DEFAULT_PRESET, INFRA_DEFAULT, infra_passed, infra_skips
 from playbook_output import recap
@@ -281,6 +290,7 @@ def test_site_converges(
     check_torch_and_smoke(lab, report_dir)
     check_torch_installed_in_the_background(lab, doc)
     check_tools_installed_in_the_background(lab, doc)
+    check_jupyterlab_downloaded_in_the_background(lab, doc)
     converged["ok"] = True
 
 
@@ -426,6 +436,25 @@ def check_tools_installed_in_the_background(lab: Lab, doc: dict[str, Any]) -> No
         end = datetime.fromisoformat(waited["end"]).timestamp()
         assert jobs[-1]["start"] < end, (host, jobs, waited)
         assert jobs[-1]["end"] <= end + 1, (host, jobs, waited)
+
+
+def check_jupyterlab_downloaded_in_the_background(lab: Lab, doc: dict[str, Any]) -> None:
+    """On fresh hosts whose notebook server runs in the PyTorch environment, JupyterLab's
+    packages were downloaded as site.yml's background job (beside the torch job), which exited
+    0; the notebook play installed them from that download without the index, did not call
+    the index, and removed the download."""
+    results = jupyterlab_results(doc)
+    hosts = [h for h in torch_hosts(lab) if lab.hosts[h].get("jupyterlab_method") == "venv"]
+    assert hosts, "no host of this lab runs JupyterLab in the PyTorch environment"
+    for host in hosts:
+        assert results[f"{host} / {JUPYTER_JOB}"].get("ansible_job_id"), (host, results)
+        waited = results[f"{host} / {JUPYTER_WAIT}"]
+        assert (waited.get("finished"), waited.get("rc")) == (1, 0), (host, waited)
+        assert results[f"{host} / {JUPYTER_LOCAL}"].get("changed"), (host, results)
+        assert results[f"{host} / {JUPYTER_INDEX}"].get("skipped"), (host, results)
+        assert results[f"{host} / {JUPYTER_REMOVE}"].get("changed"), (host, results)
+        left = lab.ssh(host, f"test -e {JUPYTER_DOWNLOAD}", check=False).returncode
+        assert left == 1, (host, f"{JUPYTER_DOWNLOAD} left behind")
 
 
 # Issue 19's drift cases: one thing each role manages is broken on one host, behind the

@@ -12,6 +12,7 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
+import gpuprov_venv  # plugins/filter/gpuprov_venv.py
 import jinja2
 import jinja2.meta
 import pytest
@@ -21,6 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "model_serving"
 TORCH = ROOT / "roles" / "pytorch"
+JUPYTER = ROOT / "roles" / "jupyterlab"
 
 
 def _tasks(path: Path) -> list[dict[str, Any]]:
@@ -100,11 +102,22 @@ def _rendered(value: str, variables: dict[str, Any]) -> str:
     # Paths, not HTML: Ansible renders these without autoescape too.
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701
     env.filters["dirname"] = posixpath.dirname
+    for name, function in gpuprov_venv.FilterModule().filters().items():
+        env.filters[f"gpuprov.fleet.{name}"] = function
     block = torch_environment.torch_environment({"pytorch_method": "pip"})
     names = jinja2.meta.find_undeclared_variables(env.parse(value)) - {"lookup"}
-    context: dict[str, Any] = {name: _rendered(variables[name], variables) for name in names}
+    context: dict[str, Any] = {name: _value(variables[name], variables) for name in names}
     context["lookup"] = {"gpuprov.fleet.torch_environment": block}.__getitem__
     return env.from_string(value).render(context)
+
+
+def _value(value: Any, variables: dict[str, Any]) -> Any:
+    """A variable's value as _rendered renders it: strings rendered, lists item by item."""
+    if isinstance(value, str):
+        return _rendered(value, variables)
+    if isinstance(value, list):
+        return [_value(item, variables) for item in value]
+    return value
 
 
 def _site_order() -> list[str]:
@@ -120,8 +133,12 @@ def test_site_starts_torch_after_the_driver_play_and_before_docker_and_pytorch()
     assert order[i + 1 : i + 4] == ["docker.yml", "toolkit.yml", "pytorch.yml"]
     play = _tasks(ROOT / "playbooks/background_pytorch.yml")
     assert len(play) == 1
-    include = play[0]["tasks"][0]["ansible.builtin.include_role"]
-    assert (include["name"], include["tasks_from"]) == ("pytorch", "background")
+    includes = [t["ansible.builtin.include_role"] for t in play[0]["tasks"]]
+    # The torch job first; then jupyterlab's download (test_jupyterlab_downloads_beside_...).
+    assert [(i["name"], i["tasks_from"]) for i in includes] == [
+        ("pytorch", "background"),
+        ("jupyterlab", "background"),
+    ]
     # Its tags: test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job.
     # The job's pip sees the proxy the PyTorch play's pip would.
     pytorch_play = _tasks(ROOT / "playbooks/pytorch.yml")[0]
@@ -185,6 +202,77 @@ def test_the_torch_background_starts_nothing_on_an_existing_environment_or_under
     assert "pytorch_method == 'pip'" in block["when"]
     assert any("__pytorch_bg_venv.stat.exists" in w for w in block["when"])
     assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
+
+
+def test_jupyterlab_downloads_beside_the_torch_job_and_installs_from_it_if_it_ended_well() -> None:
+    """A download only (it pips into no environment, so it takes no environment's lock): begun
+    beside the torch job with the install phase's requirements and index, by a pip of the
+    interpreter that makes the environment (which may not exist yet). The install phase waits
+    for this run's job and installs without the index only when it exited 0; otherwise, or
+    when that install fails, from the index as before; it removes the download it used."""
+    play = _tasks(ROOT / "playbooks/background_pytorch.yml")[0]
+    include = play["tasks"][1]
+    assert include["tags"] == ["jupyterlab", "jupyterlab_install"]
+    assert include["ansible.builtin.include_role"]["apply"]["tags"] == include["tags"]
+    assert play["hosts"] == _tasks(ROOT / "playbooks/jupyterlab.yml")[0]["hosts"]
+    block = next(t for t in _tasks(JUPYTER / "tasks/background.yml") if "block" in t)
+    assert {"_jupyterlab_download", "not ansible_check_mode"} <= set(block["when"])
+    assert any("__jupyterlab_bg_installed.stat.exists" in w for w in block["when"])
+    assert [list(t)[1] for t in block["rescue"]] == ["ansible.builtin.debug"]
+    start = _tasks(JUPYTER / "tasks/background-start.yml")
+    assert start[0].get("ansible.builtin.import_tasks") == "preflight.yml"
+    job = next(t for t in start if t.get("poll") == 0)
+    argv = job["ansible.builtin.command"]["argv"]
+    assert argv.index("_jupyterlab_download_dir") < argv.index("gpuprov_pip_download_argv(")
+    assert "(_jupyterlab_torch_environment.base_interpreter," in argv
+    assert "_jupyterlab_requirements)" in argv
+    assert job["environment"] == "{{ _jupyterlab_pip_env }}"
+    assert job["register"] == "__jupyterlab_bg_job"
+    install = _tasks(JUPYTER / "tasks/install-venv.yml")
+    kinds = [
+        next(k for k in t if k.startswith("ansible.builtin.") or k == "block") for t in install
+    ]
+    wait = kinds.index("ansible.builtin.async_status")
+    local = kinds.index("block")
+    online = kinds.index("ansible.builtin.pip")
+    remove = max(i for i, t in enumerate(install) if "ansible.builtin.file" in t)
+    assert wait < local < online < remove
+    jid = install[wait]["ansible.builtin.async_status"]["jid"]
+    assert jid == "{{ __jupyterlab_bg_job.ansible_job_id }}"
+    ended_well = "(__jupyterlab_download_job.rc | default(1)) == 0"
+    assert install[local]["when"] == ended_well
+    assert install[remove]["when"] == ended_well
+    assert install[remove]["ansible.builtin.file"] == {
+        "path": "{{ _jupyterlab_download_dir }}",
+        "state": "absent",
+    }
+    (from_download,) = install[local]["block"]
+    assert [list(t)[1] for t in install[local]["rescue"]] == ["ansible.builtin.debug"]
+    pips = [from_download, install[online]]
+    assert [t["ansible.builtin.pip"]["name"] for t in pips] == [
+        "{{ _jupyterlab_requirements }}"
+    ] * 2
+    assert all(t["notify"] == "jupyterlab restart" for t in pips)
+    no_index = from_download["environment"]
+    assert "'PIP_NO_INDEX': '1'" in no_index
+    assert "'PIP_FIND_LINKS': _jupyterlab_download_dir ~ '/wheels'" in no_index
+    assert install[online]["environment"] == "{{ _jupyterlab_pip_env }}"
+    assert from_download["register"] == "__jupyterlab_local_install"
+    assert "__jupyterlab_local_install is failed" in install[online]["when"][-1]
+    assert "__jupyterlab_local_install is skipped" in install[online]["when"][-1]
+    variables = yaml.safe_load((JUPYTER / "vars/main.yml").read_text())
+    variables |= yaml.safe_load((JUPYTER / "defaults/main.yml").read_text())
+    # Ansible hands the lookup's dict on as a dict (_rendered would make it a string).
+    block = torch_environment.torch_environment({"pytorch_method": "pip"})
+    variables["_jupyterlab_torch_environment"] = block
+    assert _rendered(argv, variables).startswith(f"['{block['base_interpreter']}', '-I', '-c',")
+    for method, path, want in (
+        ("venv", "", "True"),
+        ("venv", "/srv/x", "False"),
+        ("container", "", "False"),
+    ):
+        given = variables | {"jupyterlab_method": method, "jupyterlab_venv_path": path}
+        assert _rendered(variables["_jupyterlab_download"], given).strip() == want
 
 
 def _lock_directory(task: dict[str, Any], lock_dir: str) -> dict[str, Any] | None:

@@ -83,8 +83,10 @@ def test_the_lookup_takes_unset_values_from_the_roles_defaults() -> None:
         PYTORCH_DEFAULTS["pytorch_conda_env_path"],
         "",
         "gpuprov-torch",
+        PYTORCH_DEFAULTS["pytorch_python"],
     )
     assert env["interpreter"] == f"{venv}/bin/python"
+    assert env["base_interpreter"] == "/usr/bin/python3"  # Debian's, as the role documents
 
 
 def test_the_lookup_follows_a_changed_venv_path_and_the_container_method() -> None:
@@ -100,11 +102,23 @@ def test_the_lookup_follows_a_changed_venv_path_and_the_container_method() -> No
         "interpreter": None,
         "kernel_name": None,
         "image": image,
+        "base_interpreter": None,
         "install_lock": None,
         "install_timeout": None,
     }
     with pytest.raises(AnsibleLookupError, match="torch_environment: pytorch_method is 'x'"):
         lookup.torch_environment({"pytorch_method": "x"})
+
+
+@pytest.mark.parametrize("method", ["pip", "conda", "container", "none"])
+def test_only_a_pip_environment_names_the_interpreter_that_makes_it(method: str) -> None:
+    """pytorch_python makes a pip environment (jupyterlab's download needs the same Python
+    before the environment exists); conda and containers bring their own."""
+    env = environment(method, "/srv/venv", "/srv/conda", "img", "k", "/usr/bin/python3.12")
+    assert env["base_interpreter"] == ("/usr/bin/python3.12" if method == "pip" else None)
+    assert environment(method, "/srv/venv", "/srv/conda")["base_interpreter"] is None
+    moved = lookup.torch_environment({"pytorch_python": "/opt/py/bin/python3"})
+    assert moved["base_interpreter"] == "/opt/py/bin/python3"
 
 
 def test_the_plan_carries_the_block() -> None:
