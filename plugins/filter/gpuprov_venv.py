@@ -57,25 +57,33 @@ os.execv(pip, [pip, "install", "--disable-pip-version-check"] + sys.argv[2:])
 # interpreter makes (the environment the packages are for may not exist yet, and Debian's
 # python3 has no pip of its own), downloads into <dir>/wheels, emptied first, under a lock
 # file in <dir> that it holds to the end: a second job (an interrupted run's, still going)
-# exits with DOWNLOAD_BUSY and touches nothing.
+# exits with DOWNLOAD_BUSY and changes nothing of it. The scratch venv goes at the end, and
+# so do the wheels of a download that failed: what stays is the lock file, and the wheels of
+# a download that ended well (the install phase removes the directory once it used them).
 DOWNLOAD_BUSY = 75  # EX_TEMPFAIL
 DOWNLOAD_CODE = f"""\
 import fcntl, os, shutil, subprocess, sys, venv
 top = sys.argv[1]
 os.makedirs(top, mode=0o700, exist_ok=True)
-os.chmod(top, 0o700)
 lock = os.open(os.path.join(top, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
 try:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
 except BlockingIOError:
     sys.exit({DOWNLOAD_BUSY})
-wheels = os.path.join(top, "wheels")
+os.chmod(top, 0o700)
+wheels, scratch = os.path.join(top, "wheels"), os.path.join(top, "pip")
 shutil.rmtree(wheels, ignore_errors=True)
-pip = os.path.join(top, "pip", "bin", "pip")
-if not os.path.exists(pip):
-    venv.EnvBuilder(with_pip=True, symlinks=True, clear=True).create(os.path.join(top, "pip"))
-argv = [pip, "download", "--disable-pip-version-check", "--dest", wheels] + sys.argv[2:]
-sys.exit(subprocess.call(argv))
+rc = 1
+try:
+    venv.EnvBuilder(with_pip=True, symlinks=True, clear=True).create(scratch)
+    pip = os.path.join(scratch, "bin", "pip")
+    argv = [pip, "download", "--disable-pip-version-check", "--dest", wheels] + sys.argv[2:]
+    rc = subprocess.call(argv)
+finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+    if rc != 0:
+        shutil.rmtree(wheels, ignore_errors=True)
+sys.exit(rc)
 """
 
 
@@ -91,9 +99,11 @@ def venv_install_argv(venv: str, python: str, arguments: Sequence[str]) -> list[
 def pip_download_argv(top: str, python: str, arguments: Sequence[str]) -> list[str]:
     """``python -I -c DOWNLOAD_CODE top arguments...``: a job that downloads what
     ``pip install arguments...`` would install into ``top``/wheels, with a pip of ``python``'s
-    (a scratch venv in ``top``/pip), so that an install into an environment of that Python
-    can later run with ``--no-index --find-links top/wheels``. ``top`` is made root's alone
-    (0700); exit status DOWNLOAD_BUSY when another job holds ``top``/lock, else pip's."""
+    (a scratch venv in ``top``/pip, made afresh and removed at the end), so that an install
+    into an environment of that Python can later run with ``--no-index --find-links
+    top/wheels``. ``top`` is made root's alone (0700); exit status DOWNLOAD_BUSY when another
+    job holds ``top``/lock (nothing changed), else pip's (a failed download leaves no
+    wheels)."""
     if not top.startswith("/"):
         raise ValueError(f"gpuprov_pip_download_argv: the directory must be absolute: {top!r}")
     if isinstance(arguments, str):

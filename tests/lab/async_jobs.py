@@ -39,6 +39,7 @@ Lab = Any  # tests/lab/conftest.py's Lab (the `lab` fixture)
 
 JUPYTER_JOB = "jupyterlab : background-start | Start the download of JupyterLab's packages (async)"
 JUPYTER_WAIT = "jupyterlab : install-venv | Wait for this run's download of the packages"
+JUPYTER_READ = "jupyterlab : install-venv | Read how this run's download ended"
 JUPYTER_LOCAL = (
     "jupyterlab : install-venv | Install JupyterLab and ipykernel from this run's download"
     " (no index)"
@@ -54,7 +55,7 @@ JUPYTER_DOWNLOAD = str(yaml.safe_load(JUPYTER_VARS.read_text())["_jupyterlab_dow
 
 def jupyterlab_results(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The results of the jupyterlab download's tasks in a run, by "host / task"."""
-    names = (JUPYTER_JOB, JUPYTER_WAIT, JUPYTER_LOCAL, JUPYTER_INDEX, JUPYTER_REMOVE)
+    names = (JUPYTER_JOB, JUPYTER_WAIT, JUPYTER_READ, JUPYTER_LOCAL, JUPYTER_INDEX, JUPYTER_REMOVE)
     return {
         f"{host} / {task['task']['name']}": result
         for play in doc["plays"]

@@ -232,13 +232,26 @@ def test_jupyterlab_downloads_beside_the_torch_job_and_installs_from_it_if_it_en
     kinds = [
         next(k for k in t if k.startswith("ansible.builtin.") or k == "block") for t in install
     ]
-    wait = kinds.index("ansible.builtin.async_status")
+    read = kinds.index("ansible.builtin.async_status")
     local = kinds.index("block")
     online = kinds.index("ansible.builtin.pip")
     remove = max(i for i, t in enumerate(install) if "ansible.builtin.file" in t)
-    assert wait < local < online < remove
-    jid = install[wait]["ansible.builtin.async_status"]["jid"]
+    assert read < local < online < remove
+    # First the directory's lock, which the job holds while it runs (a lost job, whose record
+    # never ends, is not waited for), then a few polls of Ansible's record of the job; a poll
+    # loop that ends by running out of attempts would fail the task whatever failed_when says.
+    wait = install[read - 1]["ansible.builtin.command"]
+    lock = "{{ _jupyterlab_download_dir }}/lock"
+    timeout = "{{ _jupyterlab_download_timeout }}"
+    assert wait["argv"] == ["flock", "--verbose", "--wait", timeout, lock, "true"]
+    assert wait["removes"] == lock
+    status = install[read]
+    jid = status["ansible.builtin.async_status"]["jid"]
     assert jid == "{{ __jupyterlab_bg_job.ansible_job_id }}"
+    assert status["register"] == "__jupyterlab_download_job"
+    assert status["failed_when"] is False
+    assert f"attempts >= {status['retries'] - 1}" in status["until"]
+    assert install[read - 1]["when"] == status["when"]
     ended_well = "(__jupyterlab_download_job.rc | default(1)) == 0"
     assert install[local]["when"] == ended_well
     assert install[remove]["when"] == ended_well
@@ -266,12 +279,18 @@ def test_jupyterlab_downloads_beside_the_torch_job_and_installs_from_it_if_it_en
     block = torch_environment.torch_environment({"pytorch_method": "pip"})
     variables["_jupyterlab_torch_environment"] = block
     assert _rendered(argv, variables).startswith(f"['{block['base_interpreter']}', '-I', '-c',")
-    for method, path, want in (
-        ("venv", "", "True"),
-        ("venv", "/srv/x", "False"),
-        ("container", "", "False"),
-    ):
-        given = variables | {"jupyterlab_method": method, "jupyterlab_venv_path": path}
+    cases = (
+        ("venv", "", block, "True"),
+        ("venv", "/srv/x", block, "False"),  # an operator's environment, not the torch one
+        ("container", "", block, "False"),
+        ("venv", "", block | {"base_interpreter": None}, "False"),  # conda: no pytorch_python
+    )
+    for method, path, environment, want in cases:
+        given = variables | {
+            "jupyterlab_method": method,
+            "jupyterlab_venv_path": path,
+            "_jupyterlab_torch_environment": environment,
+        }
         assert _rendered(variables["_jupyterlab_download"], given).strip() == want
 
 
