@@ -1,5 +1,6 @@
 """gpuprov_venv_install_argv (plugins/filter/gpuprov_venv.py): the background jobs' argv, run
-here for real with this interpreter: it makes the venv (with pip) when it is missing, keeps
+here for real with this interpreter (gpuprov_pip_download_argv's job: test_pip_download_argv.py;
+the argv shape of both here): it makes the venv (with pip) when it is missing, keeps
 one that exists, and hands over to the venv's pip, whose exit status is the job's."""
 
 from __future__ import annotations
@@ -7,38 +8,46 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gpuprov_venv import CODE, FilterModule, venv_install_argv  # plugins/filter (pythonpath)
+from gpuprov_venv import (  # plugins/filter (pythonpath)
+    CODE,
+    DOWNLOAD_CODE,
+    FilterModule,
+    pip_download_argv,
+    venv_install_argv,
+)
 
 
-def test_the_argv_is_python_c_the_code_the_venv_then_the_arguments() -> None:
-    argv = venv_install_argv("/opt/x/venv", "/usr/bin/python3", ["awscli==1.2", "boto3==3.4"])
+@pytest.mark.parametrize(
+    ("name", "function", "code"),
+    [
+        ("gpuprov_venv_install_argv", venv_install_argv, CODE),
+        ("gpuprov_pip_download_argv", pip_download_argv, DOWNLOAD_CODE),
+    ],
+)
+def test_the_argv_is_python_c_the_code_the_directory_then_the_arguments(
+    name: str, function: Callable[[str, str, list[str]], list[str]], code: str
+) -> None:
+    argv = function("/opt/x/venv", "/usr/bin/python3", ["awscli==1.2", "boto3==3.4"])
     assert argv == [
         "/usr/bin/python3",
         "-I",
         "-c",
-        CODE,
+        code,
         "/opt/x/venv",
         "awscli==1.2",
         "boto3==3.4",
     ]
-    assert FilterModule().filters()["gpuprov_venv_install_argv"] is venv_install_argv
-
-
-@pytest.mark.parametrize(
-    ("venv", "arguments", "error"),
-    [
-        ("opt/venv", ["boto3"], ValueError),  # relative: made wherever the job's cwd is
-        ("/opt/venv", "boto3", TypeError),  # a string would become one argument per letter
-    ],
-)
-def test_a_relative_venv_or_a_string_of_arguments_is_refused(
-    venv: str, arguments: list[str], error: type[Exception]
-) -> None:
-    with pytest.raises(error, match="gpuprov_venv_install_argv"):
-        venv_install_argv(venv, "/usr/bin/python3", arguments)
+    assert FilterModule().filters()[name] is function
+    # A relative directory would be made wherever the job's cwd is; a string of arguments
+    # would become one argument per letter.
+    with pytest.raises(ValueError, match=name):
+        function("opt/venv", "/usr/bin/python3", ["boto3"])
+    with pytest.raises(TypeError, match=name):
+        function("/opt/venv", "/usr/bin/python3", "boto3")  # type: ignore[arg-type]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
