@@ -87,13 +87,22 @@ sys.exit(rc)
 """
 
 
+def _job_argv(
+    name: str, what: str, code: str, path: str, python: str, arguments: Sequence[str]
+) -> list[str]:
+    """``python -I -c code path arguments...`` for filter ``name``; refuses a relative ``path``
+    (it would be made wherever the job's working directory is) or a string for the list (one
+    argument per letter)."""
+    if not path.startswith("/"):
+        raise ValueError(f"{name}: the {what} must be absolute: {path!r}")
+    if isinstance(arguments, str):
+        raise TypeError(f"{name}: arguments must be a list: {arguments!r}")
+    return [python, "-I", "-c", code, path, *map(str, arguments)]
+
+
 def venv_install_argv(venv: str, python: str, arguments: Sequence[str]) -> list[str]:
     """``python -I -c CODE venv arguments...``; refuses a relative path or a string for the list."""
-    if not venv.startswith("/"):
-        raise ValueError(f"gpuprov_venv_install_argv: the environment must be absolute: {venv!r}")
-    if isinstance(arguments, str):
-        raise TypeError(f"gpuprov_venv_install_argv: arguments must be a list: {arguments!r}")
-    return [python, "-I", "-c", CODE, venv, *map(str, arguments)]
+    return _job_argv("gpuprov_venv_install_argv", "environment", CODE, venv, python, arguments)
 
 
 def pip_download_argv(top: str, python: str, arguments: Sequence[str]) -> list[str]:
@@ -103,12 +112,9 @@ def pip_download_argv(top: str, python: str, arguments: Sequence[str]) -> list[s
     into an environment of that Python can later run with ``--no-index --find-links
     top/wheels``. ``top`` is made root's alone (0700); exit status DOWNLOAD_BUSY when another
     job holds ``top``/lock (nothing changed), else pip's (a failed download leaves no
-    wheels)."""
-    if not top.startswith("/"):
-        raise ValueError(f"gpuprov_pip_download_argv: the directory must be absolute: {top!r}")
-    if isinstance(arguments, str):
-        raise TypeError(f"gpuprov_pip_download_argv: arguments must be a list: {arguments!r}")
-    return [python, "-I", "-c", DOWNLOAD_CODE, top, *map(str, arguments)]
+    wheels). Refuses what venv_install_argv refuses."""
+    name = "gpuprov_pip_download_argv"
+    return _job_argv(name, "directory", DOWNLOAD_CODE, top, python, arguments)
 
 
 class FilterModule:

@@ -6,7 +6,8 @@ playbooks/background.yml); Ansible leaves each job's result in root's ~/.ansible
 then runs its pip: plugins/filter/gpuprov_venv.py), with their rc and their start and end as
 epoch seconds, oldest first. `jupyterlab_results` reads, from a run's json callback document,
 what the jupyterlab role's download job (roles/jupyterlab/tasks/background-start.yml) and the
-install phase's tasks that use it did.
+install phase's tasks that use it did; `check_jupyterlab_download` checks them for a job that
+ended with a given exit status.
 """
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ def jupyterlab_results(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if task["task"]["name"] in names
         for host, result in task["hosts"].items()
     }
+
+
+def check_jupyterlab_download(results: dict[str, dict[str, Any]], host: str, rc: int) -> None:
+    """On ``host``, this run's download job started, the install phase waited for it and read
+    that it ended with exit ``rc``; with 0 it installed from the download (not the index) and
+    removed it, with any other it installed from the index and left the directory as it was."""
+    assert results[f"{host} / {JUPYTER_JOB}"].get("ansible_job_id"), (host, results)
+    assert not results[f"{host} / {JUPYTER_WAIT}"].get("skipped"), (host, results)
+    ended = results[f"{host} / {JUPYTER_READ}"]
+    assert (ended.get("finished"), ended.get("rc")) == (1, rc), (host, ended)
+    used, unused = (JUPYTER_LOCAL, JUPYTER_INDEX) if rc == 0 else (JUPYTER_INDEX, JUPYTER_LOCAL)
+    assert results[f"{host} / {used}"].get("changed"), (host, used, results)
+    assert results[f"{host} / {unused}"].get("skipped"), (host, unused, results)
+    removed = results[f"{host} / {JUPYTER_REMOVE}"]
+    assert removed.get("changed" if rc == 0 else "skipped"), (host, removed)
 
 
 def pip_jobs(lab: Lab, host: str, venv: str) -> list[dict[str, float]]:

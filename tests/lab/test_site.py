@@ -37,12 +37,7 @@ import shared_runs
 import yaml
 from async_jobs import (
     JUPYTER_DOWNLOAD,
-    JUPYTER_INDEX,
-    JUPYTER_JOB,
-    JUPYTER_LOCAL,
-    JUPYTER_READ,
-    JUPYTER_REMOVE,
-    JUPYTER_WAIT,
+    check_jupyterlab_download,
     jupyterlab_results,
     pip_jobs,
 )
@@ -448,13 +443,7 @@ def check_jupyterlab_downloaded_in_the_background(lab: Lab, doc: dict[str, Any])
     hosts = [h for h in torch_hosts(lab) if lab.hosts[h].get("jupyterlab_method") == "venv"]
     assert hosts, "no host of this lab runs JupyterLab in the PyTorch environment"
     for host in hosts:
-        assert results[f"{host} / {JUPYTER_JOB}"].get("ansible_job_id"), (host, results)
-        assert not results[f"{host} / {JUPYTER_WAIT}"].get("skipped"), (host, results)
-        ended = results[f"{host} / {JUPYTER_READ}"]
-        assert (ended.get("finished"), ended.get("rc")) == (1, 0), (host, ended)
-        assert results[f"{host} / {JUPYTER_LOCAL}"].get("changed"), (host, results)
-        assert results[f"{host} / {JUPYTER_INDEX}"].get("skipped"), (host, results)
-        assert results[f"{host} / {JUPYTER_REMOVE}"].get("changed"), (host, results)
+        check_jupyterlab_download(results, host, 0)
         left = lab.ssh(host, f"test -e {JUPYTER_DOWNLOAD}", check=False).returncode
         assert left == 1, (host, f"{JUPYTER_DOWNLOAD} left behind")
 
