@@ -63,6 +63,20 @@ options:
     description: Where the records are kept.
     type: path
     default: /var/lib/gpuprov/state
+  wait_locks:
+    description:
+      - Lock files of background installs that write what the role reads (the host's PyTorch
+        environment's install lock), each C(path), C(timeout) (seconds) and C(what) (words for
+        a message); an entry whose C(path) is null is left out.
+      - Before a probe reads anything it waits for each one's holder to let go, as
+        M(gpuprov_wait_lock) does, and fails naming the lock and its holder when a timeout runs
+        out; a missing lock file is nothing to wait for. So neither this probe nor the role's
+        phases after it read an environment that a job is still writing.
+      - Under C(--check) it does not wait; a held lock is a difference (an install is under
+        way, the answer may change when it ends).
+    type: list
+    elements: dict
+    default: []
 attributes:
   check_mode:
     support: full
@@ -99,6 +113,10 @@ recorded:
   description: Whether a file is at the record's path (readable or not), before this call.
   type: bool
   returned: always
+waited:
+  description: Seconds the probe waited for O(wait_locks).
+  type: float
+  returned: always
 """
 
 import hashlib
@@ -118,6 +136,11 @@ try:
     from ansible_collections.gpuprov.fleet.plugins.module_utils import host_query as _hq
 except ImportError:
     from ansible.module_utils import host_query as _hq
+# The wait for a background install's lock, shared with gpuprov_wait_lock (lock_wait.py).
+try:
+    from ansible_collections.gpuprov.fleet.plugins.module_utils import lock_wait as _lw
+except ImportError:
+    from ansible.module_utils import lock_wait as _lw
 
 FORMAT = 1
 COMMAND_TIMEOUT = 300
@@ -390,9 +413,37 @@ def build_module() -> AnsibleModule:
             "inputs": {"type": "str", "default": ""},
             "spec": {"type": "dict", "default": {}},
             "dir": {"type": "path", "default": "/var/lib/gpuprov/state"},
+            "wait_locks": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
+
+
+def wait_for_locks(
+    module: AnsibleModule, locks: list[dict[str, Any]], result: dict[str, Any]
+) -> list[str]:
+    """Wait for each lock's holder to let go (under --check, do not wait: a held lock is
+    returned as a difference); fail the module when a timeout runs out."""
+    under_way = []
+    for lock in locks:
+        if lock.get("path") is None:  # no lock for this environment (not the pip method)
+            continue
+        try:
+            path, timeout = str(lock["path"]), float(lock["timeout"])
+        except (KeyError, TypeError, ValueError):
+            module.fail_json(msg=f"wait_locks entries need a path and a timeout, got {lock!r}")
+        what = str(lock.get("what") or "a background install")
+        try:
+            waited = _lw.wait(path, 0 if module.check_mode else timeout)
+        except OSError as exc:
+            module.fail_json(msg=f"gpuprov_state: cannot open the lock {path}: {exc.strerror}")
+        result["waited"] = round(result["waited"] + waited.seconds, 3)
+        if waited.timed_out and module.check_mode:
+            who = "; ".join(waited.holders) or "a process"
+            under_way.append(f"{path} is held by {who}: {what} is under way")
+        elif waited.timed_out:
+            module.fail_json(msg=_lw.timed_out_message(path, timeout, what, waited), **result)
+    return under_way
 
 
 def run(module: AnsibleModule) -> dict[str, Any]:
@@ -410,10 +461,12 @@ def run(module: AnsibleModule) -> dict[str, Any]:
         "recorded": os.path.lexists(path),
         "converged": False,
         "differs": [],
+        "waited": 0.0,
     }
     try:
         if params["state"] == "probe":
-            differs = compare(load_record(path), params["inputs"], spec, path)
+            under_way = wait_for_locks(module, params["wait_locks"], result)
+            differs = under_way + compare(load_record(path), params["inputs"], spec, path)
             result.update(converged=not differs, differs=differs)
         elif module.check_mode:
             pass

@@ -19,6 +19,9 @@ INSTALL_ACTIONS = frozenset(
         "ansible.builtin.pip",
         "apt_ready",
         "gpuprov.fleet.apt_ready",
+        # The wait for a background install's lock (the install runs beside other plays).
+        "gpuprov_wait_lock",
+        "gpuprov.fleet.gpuprov_wait_lock",
     }
 )
 # What only checks what the run left: the verify phases (file stem verify*), the smoke test's
@@ -28,8 +31,6 @@ INSTALL_ACTIONS = frozenset(
 VERIFY_STEM = "verify"
 VERIFY_PHASES = frozenset({("gpu_smoke", "run"), ("gpu_smoke", "report")})
 WAITS = ("Wait for ", "Wait until ")
-# A role's converge waiting for the torch environment's install lock (install time).
-INSTALL_WAIT = "Wait for an install into "
 
 
 DOC_START = re.compile(r"^\{", re.MULTILINE)
@@ -79,12 +80,8 @@ def kind_of(name: str, action: str) -> str:
     head, _, what = rest.rpartition(" | ")
     stem = head.split(" | ", 1)[0]
     waits = what.startswith(WAITS)
-    # A wait in an install phase, or for an install (INSTALL_WAIT), is install time.
-    if (
-        action in INSTALL_ACTIONS
-        or (waits and stem.startswith("install"))
-        or what.startswith(INSTALL_WAIT)
-    ):
+    # A wait in an install phase, or for an install's lock (gpuprov_wait_lock), is install time.
+    if action in INSTALL_ACTIONS or (waits and stem.startswith("install")):
         return "install"
     if stem.startswith(VERIFY_STEM) or (role, stem) in VERIFY_PHASES or waits:
         return "verify"

@@ -538,8 +538,17 @@ def _quote(text: str) -> str:
 
 
 # The stand-in for the torch job lets go of the lock a second after the role's wait for it
-# starts (a flock process waiting on it), or after this many seconds without one.
+# starts (a waiter for the lock in /proc/locks), or after this many seconds without one.
 HOLD_LIMIT_S = 300
+
+
+def _waited_for(lock: str) -> str:
+    """A shell test that is true while a process waits for ``lock`` (gpuprov_wait_lock and
+    gpuprov_state wait as flock(2) waiters, which /proc/locks lists with "->")."""
+    return (
+        f"awk -v ino=\"$(stat -c %i {lock})\" "
+        "'$2 == \"->\" && $7 ~ (\":\" ino \"$\") { found = 1 } END { exit !found }' /proc/locks"
+    )
 
 
 def test_storage_waits_for_an_install_still_writing_the_torch_environment(
@@ -556,9 +565,8 @@ def test_storage_waits_for_an_install_still_writing_the_torch_environment(
     host = both[0]
     lock = environment("pip", str(Path(VENV_PY).parent.parent), "")["install_lock"]
     held, released = "/tmp/gpuprov-test-lock-held", "/tmp/gpuprov-test-lock-released"
-    # [f]lock: the pattern does not match the holder's own command line.
     holder = (
-        f"touch {held}; i=0; while ! pgrep -f '[f]lock --verbose --wait .* {lock}' > /dev/null "
+        f"touch {held}; i=0; while ! {_waited_for(lock)} "
         f"&& [ $i -lt {HOLD_LIMIT_S * 2} ]; do sleep 0.5; i=$((i + 1)); done; "
         f"sleep 1; date +%s.%N > {released}"
     )
@@ -603,10 +611,9 @@ def test_jupyterlab_installs_from_the_index_while_another_download_holds_its_dir
     lock = f"{JUPYTER_DOWNLOAD}/lock"
     kept = f"{JUPYTER_DOWNLOAD}/wheels/kept-1.0-py3-none-any.whl"
     pidfile = "/tmp/gpuprov-test-download-holder"
-    # [f]lock: the pattern does not match the holder's own command line.
     holder = (
         f"echo $$ > {pidfile}; i=0; "
-        f"while ! pgrep -f '[f]lock --verbose --wait .* {lock}' > /dev/null "
+        f"while ! {_waited_for(lock)} "
         f"&& [ $i -lt {HOLD_LIMIT_S * 2} ]; do sleep 0.5; i=$((i + 1)); done; sleep 1"
     )
     setup = host_run(

@@ -48,19 +48,16 @@ def test_site_starts_the_background_installs_between_pytorch_and_the_plays_after
 
 
 def test_the_job_takes_the_lock_the_install_phase_waits_for_before_apt_and_pip() -> None:
-    lock = "{{ _model_serving_triton_lock }}"
     start = next(t for t in _tasks(ROLE / "tasks/background-start.yml") if t.get("poll") == 0)
     argv = start["ansible.builtin.command"]["argv"]
     assert "'flock', '--nonblock', _model_serving_triton_lock" in argv
     assert "_model_serving_triton_packages" in argv
     install = _tasks(ROLE / "tasks/install-Debian.yml")
     names = [t["name"] for t in install]
-    wait = next(
-        i
-        for i, t in enumerate(install)
-        if "flock" in t.get("ansible.builtin.command", {}).get("argv", [])
+    wait = next(i for i, t in enumerate(install) if "gpuprov_wait_lock" in t)
+    assert _wait_args(install[wait]) == _waited_for(
+        "_model_serving_background_timeout", "_model_serving_triton_lock"
     )
-    assert install[wait]["ansible.builtin.command"]["argv"][-2:] == [lock, "true"]
     touching = [
         i
         for i, t in enumerate(install)
@@ -89,10 +86,18 @@ def test_a_refused_preflight_starts_nothing_and_fails_nothing_in_the_background_
     assert "not ansible_check_mode" in block["when"]
 
 
-def _waited_for(timeout: str, lock: str) -> list[str]:
-    """The argv of an install phase's wait: flock on the job's lock, up to the job's timeout,
-    saying so when it times out (--verbose)."""
-    return ["flock", "--verbose", "--wait", "{{ " + timeout + " }}", "{{ " + lock + " }}", "true"]
+def _waited_for(timeout: str, lock: str) -> dict[str, str]:
+    """The arguments of an install phase's wait (gpuprov_wait_lock, which names the lock's
+    holder when it times out: tests/unit/test_lock_wait.py), without its words: the job's lock,
+    up to the job's timeout."""
+    return {"path": "{{ " + lock + " }}", "timeout": "{{ " + timeout + " }}"}
+
+
+def _wait_args(task: dict[str, Any]) -> dict[str, str]:
+    """A gpuprov_wait_lock task's path and timeout; it must say what it waits for."""
+    args = dict(task["gpuprov_wait_lock"])
+    assert args.pop("what"), task
+    return args
 
 
 def _rendered(value: str, variables: dict[str, Any]) -> str:
@@ -167,7 +172,7 @@ def test_the_torch_job_installs_what_the_install_phase_installs_under_the_lock_i
     # What the install phase reads to skip the OS packages the start installed.
     assert job["register"] == "__pytorch_bg_job"
     install = _tasks(TORCH / "tasks/install-pip.yml")
-    wait = install[0]["ansible.builtin.command"]["argv"]
+    wait = _wait_args(install[0])
     assert wait == _waited_for("_pytorch_background_timeout", "_pytorch_pip_lock")
     # Everything that touches apt or pip comes after the wait.
     assert install[1].get("ansible.builtin.import_tasks") == "install-pip-os.yml"
@@ -230,7 +235,8 @@ def test_jupyterlab_downloads_beside_the_torch_job_and_installs_from_it_if_it_en
     assert job["register"] == "__jupyterlab_bg_job"
     install = _tasks(JUPYTER / "tasks/install-venv.yml")
     kinds = [
-        next(k for k in t if k.startswith("ansible.builtin.") or k == "block") for t in install
+        next(k for k in t if k.startswith(("ansible.builtin.", "gpuprov_")) or k == "block")
+        for t in install
     ]
     read = kinds.index("ansible.builtin.async_status")
     local = kinds.index("block")
@@ -240,11 +246,11 @@ def test_jupyterlab_downloads_beside_the_torch_job_and_installs_from_it_if_it_en
     # First the directory's lock, which the job holds while it runs (a lost job, whose record
     # never ends, is not waited for), then a few polls of Ansible's record of the job; a poll
     # loop that ends by running out of attempts would fail the task whatever failed_when says.
-    wait = install[read - 1]["ansible.builtin.command"]
-    lock = "{{ _jupyterlab_download_dir }}/lock"
-    timeout = "{{ _jupyterlab_download_timeout }}"
-    assert wait["argv"] == ["flock", "--verbose", "--wait", timeout, lock, "true"]
-    assert wait["removes"] == lock
+    wait = _wait_args(install[read - 1])
+    assert wait == {
+        "path": "{{ _jupyterlab_download_dir }}/lock",
+        "timeout": "{{ _jupyterlab_download_timeout }}",
+    }
     status = install[read]
     jid = status["ansible.builtin.async_status"]["jid"]
     assert jid == "{{ __jupyterlab_bg_job.ansible_job_id }}"
@@ -333,14 +339,14 @@ def test_the_tools_job_installs_what_the_install_phase_installs_under_the_lock_i
     assert start[job]["environment"] == "{{ _object_storage_pip_env }}"
     assert start[job]["async"] == "{{ _object_storage_background_timeout }}"
     install = _tasks(role / "tasks/install.yml")
-    wait = install[0]["ansible.builtin.command"]["argv"]
+    wait = _wait_args(install[0])
     assert wait == _waited_for("_object_storage_background_timeout", "_object_storage_tools_lock")
     touching = [
         i
         for i, t in enumerate(install)
         if {"ansible.builtin.package", "ansible.builtin.pip", "ansible.builtin.command"} & set(t)
     ]
-    assert touching[0] == 0  # the wait itself; every apt, venv and pip task after it
+    assert touching[0] == 1  # every apt, venv and pip task after the wait
     pips = [t for t in install if "ansible.builtin.pip" in t]
     tools = next(p for p in pips if "tools_venv" in p["ansible.builtin.pip"]["executable"])
     assert tools["ansible.builtin.pip"]["name"] == "{{ _object_storage_tools_packages }}"
@@ -410,12 +416,8 @@ def test_each_lock_is_root_s_alone_and_the_install_tag_starts_or_skips_the_job(
     }
     job = next(i for i, t in enumerate(start) if t.get("poll") == 0)
     assert made < job
-    wait = next(
-        t
-        for t in _tasks(tasks_dir / wait_file)
-        if "flock" in t.get("ansible.builtin.command", {}).get("argv", [])
-    )
-    assert wait["ansible.builtin.command"]["removes"] == "{{ " + lock + " }}"
+    wait = next(t for t in _tasks(tasks_dir / wait_file) if "gpuprov_wait_lock" in t)
+    assert wait["gpuprov_wait_lock"]["path"] == "{{ " + lock + " }}"
     include = next(
         t
         for t in _tasks(ROOT / "playbooks" / play)[0]["tasks"]
@@ -459,28 +461,36 @@ def test_every_role_that_pips_into_an_environment_is_one_that_waits_for_the_torc
 
 
 @pytest.mark.parametrize("role", TORCH_ENV_ROLES)
-def test_each_role_waits_for_the_torch_job_before_its_converge_touches_the_environment(
+def test_each_role_s_probe_waits_for_the_torch_job_before_anything_reads_the_environment(
     role: str,
 ) -> None:
     """The pytorch role's background job (site.yml starts it early; an interrupted run leaves it
     running) may still write the environment when a play of its own (storage.yml, ...) runs:
-    the converge waits for the environment's install lock, the one the job holds (the plan's
-    environment block), before any other task of the phase; the lab shows it for
-    object_storage (tests/lab/test_jupyterlab_storage.py)."""
+    the role's state probe waits for the environment's install lock, the one the job holds (the
+    plan's environment block), before it reads anything, and it runs before the change and
+    verify phases; no other task of the role waits for it. The lab shows it for object_storage
+    (tests/lab/test_jupyterlab_storage.py), tests/unit/test_lock_wait.py the probe's wait."""
     variables = yaml.safe_load((ROOT / "roles" / role / "vars" / "main.yml").read_text())
     name = f"_{role}_torch_environment"
     assert variables[name] == "{{ lookup('gpuprov.fleet.torch_environment') }}"
-    converge = _tasks(ROOT / "roles" / role / "tasks" / "converge.yml")
-    first = next(
-        i for i, t in enumerate(converge) if not {"ansible.builtin.debug", "gpuprov_state"} & set(t)
-    )
-    wait = converge[first]
-    assert wait["ansible.builtin.command"]["argv"] == _waited_for(
-        name + ".install_timeout", name + ".install_lock"
-    )
-    assert wait["ansible.builtin.command"]["removes"] == "{{ " + name + ".install_lock }}"
-    assert wait["when"] == name + ".install_lock is not none"
-    assert wait["tags"] == ["always"]
+    main = _tasks(ROOT / "roles" / role / "tasks" / "main.yml")
+    probe = next(i for i, t in enumerate(main) if t.get("gpuprov_state", {}).get("spec"))
+    locks = main[probe]["gpuprov_state"]["wait_locks"]
+    assert len(locks) == 1, locks
+    assert locks[0].pop("what"), locks
+    assert locks == [_waited_for(name + ".install_timeout", name + ".install_lock")]
+    assert main[probe]["tags"] == ["always"]
+    includes = [
+        t.get("ansible.builtin.import_tasks") or t["ansible.builtin.include_tasks"]["file"]
+        for t in main[probe + 1 :]
+        if {"ansible.builtin.include_tasks", "ansible.builtin.import_tasks"} & set(t)
+    ]
+    assert includes[:2] == ["converge.yml", "verify.yml"], includes
+    assert not [
+        t
+        for t in _flat(_tasks(ROOT / "roles" / role / "tasks" / "converge.yml"))
+        if "gpuprov_wait_lock" in t or "flock" in str(t)
+    ]
     torch = yaml.safe_load((TORCH / "vars/main.yml").read_text())
     block = torch_environment.torch_environment({"pytorch_method": "pip"})
     assert _rendered(torch["_pytorch_pip_lock"], torch) == block["install_lock"]

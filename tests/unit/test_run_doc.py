@@ -102,11 +102,7 @@ def test_a_run_of_several_playbooks_gives_its_last_document() -> None:
             "ansible.builtin.command",
             "install",
         ),
-        (
-            "jupyterlab : converge | Wait for an install into the PyTorch environment to finish",
-            "ansible.builtin.command",
-            "install",
-        ),
+        ("pytorch : converge | Wait for the lock of x", "gpuprov_wait_lock", "install"),
         ("a : b | c | Wait for d", "ansible.builtin.command", "verify"),
         ("model_serving : Wait for Triton /v2/health/ready", "ansible.builtin.uri", "verify"),
         ("verify | Write the serving report on the controller", "include_role", "verify"),
