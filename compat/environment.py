@@ -17,10 +17,11 @@ model_serving, gpu_monitoring, jupyterlab, object_storage) reads this block thro
 
 A pip environment has an install lock (``install_lock``): the pytorch role's background job
 holds it while it installs torch (``site.yml`` starts that job early, and an interrupted run
-leaves it running). Every role that installs into the environment (pytorch, jupyterlab,
-object_storage, dist_launch, model_serving) first waits for it, at most ``install_timeout``
-seconds, the job's own limit, and so do gpu_smoke's torch layers. This is the one place its
-path is written.
+leaves it running). Every role that installs into the environment waits for it, at most
+``install_timeout`` seconds, the job's own limit: pytorch in its install phase, jupyterlab,
+object_storage, dist_launch and model_serving in their state probe (gpuprov_state's
+``wait_locks``), before they read anything; and so do gpu_smoke's torch layers. This is the
+one place its path is written.
 """
 
 from __future__ import annotations
