@@ -546,8 +546,8 @@ def _waited_for(lock: str) -> str:
     """A shell test that is true while a process waits for ``lock`` (gpuprov_wait_lock and
     gpuprov_state wait as flock(2) waiters, which /proc/locks lists with "->")."""
     return (
-        f"awk -v ino=\"$(stat -c %i {lock})\" "
-        "'$2 == \"->\" && $7 ~ (\":\" ino \"$\") { found = 1 } END { exit !found }' /proc/locks"
+        f'awk -v ino="$(stat -c %i {lock})" '
+        '\'$2 == "->" && $7 ~ (":" ino "$") { found = 1 } END { exit !found }\' /proc/locks'
     )
 
 
