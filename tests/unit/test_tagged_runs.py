@@ -7,6 +7,9 @@ play's (or its role's, for a role listed by a play)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +60,34 @@ def test_the_driver_preflight_runs_under_any_tags() -> None:
     probe = [t for t in main if "gpuprov_state" in t]
     assert probe
     assert "always" in _tags(probe[0])
+
+
+def _listed(tmp_path: Path, tasks_file: Path, *tags: str) -> str:
+    """ansible-playbook --list-tasks of a play that imports ``tasks_file``: the tasks that a
+    run with ``tags`` (--tags/--skip-tags arguments) selects, as Ansible itself decides."""
+    book = tmp_path / "book.yml"
+    play = {"hosts": "all", "gather_facts": False, "tasks": [{"import_tasks": str(tasks_file)}]}
+    book.write_text(yaml.safe_dump([play]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "h1,", "--list-tasks"]
+    proc = subprocess.run(
+        [*argv, *tags, str(book)], capture_output=True, text=True, env=env, cwd=REPO, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_smoke_run_by_tag_installs_the_scripts_it_runs(tmp_path: Path) -> None:
+    """`--tags gpu_smoke_run` on a host whose smoke scripts an older gpuprov installed ran
+    those scripts with this checkout's options, which they refuse (noted in session 36's
+    review). The converge phase (main.yml includes it under any narrowed run) now
+    installs them under that tag too; an explicit --skip-tags gpu_smoke_install wins."""
+    converge = REPO / "roles/gpu_smoke/tasks/converge.yml"
+    install = "install | Install the smoke scripts"
+    assert install in _listed(tmp_path, converge, "--tags", "gpu_smoke_run")
+    assert install in _listed(tmp_path, converge, "--tags", "gpu_smoke_install")
+    skipped = _listed(
+        tmp_path, converge, "--tags", "gpu_smoke_run", "--skip-tags", "gpu_smoke_install"
+    )
+    assert install not in skipped
+    assert "converge | State | Forget the record" in skipped  # the listing lists
