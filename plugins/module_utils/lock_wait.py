@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -47,12 +48,20 @@ def _expire(_signum: int, _frame: FrameType | None) -> None:
     raise _Expired
 
 
+# A holder's command line in a message: its start, and no password of a URL in it (a job's
+# pip may name an index as https://user:password@host/...).
+COMMAND_CHARS = 200
+_USERINFO = re.compile(r"://[^/@\s]+@")
+
+
 def _command_of(pid: str) -> str:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return "(gone)"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip() or "(no command line)"
+    command = raw.replace(b"\0", b" ").decode(errors="replace").strip() or "(no command line)"
+    command = _USERINFO.sub("://***@", command)
+    return command if len(command) <= COMMAND_CHARS else command[: COMMAND_CHARS - 3] + "..."
 
 
 def lock_lines(path: str, waiters: bool = False, locks_file: str = PROC_LOCKS) -> list[str]:
@@ -64,16 +73,21 @@ def lock_lines(path: str, waiters: bool = False, locks_file: str = PROC_LOCKS) -
     except OSError:
         return []
     want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = []
+    exact: list[str] = []
+    same_inode: list[str] = []
     for line in text.splitlines():
         # "6: FLOCK  ADVISORY  WRITE 24952 fe:00:2146454 0 EOF"; a waiter: "6: -> FLOCK ..."
         fields = line.split()
-        blocked = len(fields) > 1 and fields[1] == "->"
-        if blocked:
-            fields = fields[:1] + fields[2:]
-        if len(fields) >= 6 and blocked == waiters and fields[5] == want:
-            pids.append(fields[4])
-    return pids
+        blocked = fields[1:2] == ["->"]
+        fields = [f for f in fields if f != "->"]  # one per level of a waiter's waiter
+        if len(fields) < 6 or blocked != waiters:
+            continue
+        if fields[5] == want:
+            exact.append(fields[4])
+        elif fields[5].rpartition(":")[2] == str(st.st_ino):
+            same_inode.append(fields[4])
+    # btrfs: stat names a subvolume's device, /proc/locks the file system's; the inode alone.
+    return exact or same_inode
 
 
 def holders(path: str, locks_file: str = PROC_LOCKS) -> list[str]:
@@ -101,13 +115,20 @@ def wait(path: str, timeout: float, clock: Callable[[], float] = time.monotonic)
         if timeout <= 0:
             return Waited(True, True, 0.0, True, held_by)
         previous = signal.signal(signal.SIGALRM, _expire)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, timeout)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
         except _Expired:
-            return Waited(True, True, clock() - start, True, holders(path) or held_by)
+            # The timer may fire just after flock returned: ask once more, without waiting.
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return Waited(True, True, clock() - start, True, holders(path) or held_by)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         return Waited(True, True, clock() - start, False, held_by)
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -129,13 +130,11 @@ def test_the_wait_ends_when_the_holder_lets_go_and_names_the_holder(
     operator look for), and returns only after the holder let go."""
     proc = _start(WAIT, {"path": str(lock), "timeout": 3600, "what": WHAT})
     assert _waiting(lock, proc) == [str(proc.pid)]
-    let_go = holder.let_go()
+    holder.let_go()
     result = _result(proc)
-    ended = time.time()
     assert proc.returncode == 0, result
     assert result["held"], result
     assert not result.get("failed"), result
-    assert let_go <= ended
     assert [h.split()[0] for h in result["holders"]] == [str(holder.proc.pid)]
     assert "import fcntl" in result["holders"][0]  # the holder's command line
 
@@ -232,3 +231,66 @@ def test_proc_locks_lines_are_told_apart_by_file_and_by_holder_or_waiter(
     assert lock_wait.lock_lines(str(lock), False, str(locks)) == ["4242"]
     assert lock_wait.lock_lines(str(lock), True, str(locks)) == ["4343"]
     assert lock_wait.lock_lines(str(tmp_path / "gone"), False, str(locks)) == []
+    # A waiter behind a waiter ("-> ->"), and btrfs, whose stat names a subvolume's device
+    # where /proc/locks names the file system's: the inode alone, when no line names both.
+    locks.write_text(
+        f"1: FLOCK  ADVISORY  WRITE 4242 00:2f:{st.st_ino} 0 EOF\n"
+        f"1: -> -> FLOCK  ADVISORY  READ 4545 00:2f:{st.st_ino} 0 EOF\n"
+    )
+    assert lock_wait.lock_lines(str(lock), False, str(locks)) == ["4242"]
+    assert lock_wait.lock_lines(str(lock), True, str(locks)) == ["4545"]
+
+
+# A holder with a short program: the index URL lies within the first characters of its
+# command line, a long argument after it.
+SHORT_HOLDER = (
+    "import fcntl,sys;f=open(sys.argv[2]);fcntl.flock(f,2);print('held',flush=True);"
+    "sys.stdin.read()"
+)
+
+
+def test_a_holder_is_named_by_the_start_of_its_command_without_a_url_s_password(
+    lock: Path,
+) -> None:
+    index = "https://builder:s3cret@pypi.example/simple"
+    argv = [sys.executable, "-c", SHORT_HOLDER, index, str(lock), "x" * 300]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "held\n"
+        [named] = lock_wait.holders(str(lock))
+        assert named.startswith(f"{proc.pid} {sys.executable} -c import fcntl"), named
+        assert " https://***@pypi.example/simple " in named, named
+        assert "s3cret" not in named
+        assert named.endswith("...")  # cut
+        assert len(named) == len(str(proc.pid)) + 1 + lock_wait.COMMAND_CHARS
+    finally:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_the_wait_leaves_no_timer_and_the_caller_s_alarm_handler_in_place(
+    lock: Path, holder: Holder
+) -> None:
+    """In this process (the modules call it in theirs): a wait that ran out and one that did
+    not wait leave SIGALRM's handler as it found it and no timer armed."""
+
+    def mine(_signum: int, _frame: object) -> None:
+        raise AssertionError("the caller's handler ran")
+
+    before = signal.signal(signal.SIGALRM, mine)
+    try:
+        ran_out = lock_wait.wait(str(lock), 0.2)
+        assert ran_out.timed_out, ran_out
+        assert ran_out.holders[0].startswith(f"{holder.proc.pid} "), ran_out
+        assert signal.getsignal(signal.SIGALRM) is mine
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        holder.let_go()
+        free = lock_wait.wait(str(lock), 0.2)
+        assert not free.held, free
+        assert signal.getsignal(signal.SIGALRM) is mine
+    finally:
+        signal.signal(signal.SIGALRM, before)
