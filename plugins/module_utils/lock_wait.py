@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import NamedTuple
@@ -64,7 +63,7 @@ def _command_of(pid: str) -> str:
     return command if len(command) <= COMMAND_CHARS else command[: COMMAND_CHARS - 3] + "..."
 
 
-def lock_lines(path: str, waiters: bool = False, locks_file: str = PROC_LOCKS) -> list[str]:
+def lock_pids(path: str, waiters: bool = False, locks_file: str = PROC_LOCKS) -> list[str]:
     """The PIDs in ``locks_file`` (/proc/locks) of the processes that hold a lock on ``path``
     (``waiters``: of those that wait for one). Empty when the file or /proc/locks is gone."""
     try:
@@ -92,10 +91,10 @@ def lock_lines(path: str, waiters: bool = False, locks_file: str = PROC_LOCKS) -
 
 def holders(path: str, locks_file: str = PROC_LOCKS) -> list[str]:
     """``PID COMMAND`` of each process that holds a lock on ``path``."""
-    return [f"{pid} {_command_of(pid)}" for pid in lock_lines(path, False, locks_file)]
+    return [f"{pid} {_command_of(pid)}" for pid in lock_pids(path, False, locks_file)]
 
 
-def wait(path: str, timeout: float, clock: Callable[[], float] = time.monotonic) -> Waited:
+def wait(path: str, timeout: float) -> Waited:
     """Wait at most ``timeout`` seconds (0: do not wait) until no process holds ``path``
     exclusively; a missing file is nothing to wait for. Takes a shared lock and lets go of it
     at once: other waiters are not held up. Uses SIGALRM: call it from the main thread."""
@@ -103,7 +102,7 @@ def wait(path: str, timeout: float, clock: Callable[[], float] = time.monotonic)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return Waited(False, False, 0.0, False, [])
-    start = clock()
+    start = time.monotonic()
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -127,18 +126,23 @@ def wait(path: str, timeout: float, clock: Callable[[], float] = time.monotonic)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                return Waited(True, True, clock() - start, True, holders(path) or held_by)
+                return Waited(True, True, time.monotonic() - start, True, holders(path) or held_by)
         finally:
             signal.signal(signal.SIGALRM, previous)
-        return Waited(True, True, clock() - start, False, held_by)
+        return Waited(True, True, time.monotonic() - start, False, held_by)
     finally:
         os.close(fd)  # lets go of the shared lock
 
 
+def held_by(waited: Waited) -> str:
+    """Who held the lock, in words: each holder's ``PID COMMAND``."""
+    return "; ".join(waited.holders) or "a process /proc/locks does not name to this host"
+
+
 def timed_out_message(path: str, timeout: float, what: str, waited: Waited) -> str:
     """The failure of a wait that ran out: the lock, what holds it, and what to do."""
-    who = "; ".join(waited.holders) or "a process /proc/locks does not name to this host"
     return (
-        f"{path} is still locked after {timeout:g} s ({what}): held by {who}. That process "
-        f"must end first (the lock goes with it): let it finish, or stop it, then run again."
+        f"{path} is still locked after {timeout:g} s ({what}): held by {held_by(waited)}. That"
+        " process must end first (the lock goes with it): let it finish, or stop it, then run"
+        " again."
     )

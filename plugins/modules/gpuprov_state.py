@@ -439,8 +439,7 @@ def wait_for_locks(
             module.fail_json(msg=f"gpuprov_state: cannot open the lock {path}: {exc.strerror}")
         result["waited"] = round(result["waited"] + waited.seconds, 3)
         if waited.timed_out and module.check_mode:
-            who = "; ".join(waited.holders) or "a process"
-            under_way.append(f"{path} is held by {who}: {what} is under way")
+            under_way.append(f"{path} is held by {_lw.held_by(waited)}: {what} is under way")
         elif waited.timed_out:
             module.fail_json(msg=_lw.timed_out_message(path, timeout, what, waited), **result)
     return under_way

@@ -94,7 +94,7 @@ def _start(module: Path, args: dict[str, Any]) -> subprocess.Popen[str]:
 def _waiting(lock: Path, proc: subprocess.Popen[str]) -> list[str]:
     """The PIDs /proc/locks lists as waiting for ``lock``, once ``proc`` waits (10 s at most)."""
     for _ in range(200):
-        waiters = lock_wait.lock_lines(str(lock), waiters=True)
+        waiters = lock_wait.lock_pids(str(lock), waiters=True)
         if waiters or proc.poll() is not None:
             return waiters
         time.sleep(0.05)
@@ -228,17 +228,17 @@ def test_proc_locks_lines_are_told_apart_by_file_and_by_holder_or_waiter(
         f"2: FLOCK  ADVISORY  WRITE 4444 {dev}:{st.st_ino + 1} 0 EOF\n"
         "3: OFDLCK ADVISORY  READ -1 00:43:5 0 EOF\n"
     )
-    assert lock_wait.lock_lines(str(lock), False, str(locks)) == ["4242"]
-    assert lock_wait.lock_lines(str(lock), True, str(locks)) == ["4343"]
-    assert lock_wait.lock_lines(str(tmp_path / "gone"), False, str(locks)) == []
+    assert lock_wait.lock_pids(str(lock), False, str(locks)) == ["4242"]
+    assert lock_wait.lock_pids(str(lock), True, str(locks)) == ["4343"]
+    assert lock_wait.lock_pids(str(tmp_path / "gone"), False, str(locks)) == []
     # A waiter behind a waiter ("-> ->"), and btrfs, whose stat names a subvolume's device
     # where /proc/locks names the file system's: the inode alone, when no line names both.
     locks.write_text(
         f"1: FLOCK  ADVISORY  WRITE 4242 00:2f:{st.st_ino} 0 EOF\n"
         f"1: -> -> FLOCK  ADVISORY  READ 4545 00:2f:{st.st_ino} 0 EOF\n"
     )
-    assert lock_wait.lock_lines(str(lock), False, str(locks)) == ["4242"]
-    assert lock_wait.lock_lines(str(lock), True, str(locks)) == ["4545"]
+    assert lock_wait.lock_pids(str(lock), False, str(locks)) == ["4242"]
+    assert lock_wait.lock_pids(str(lock), True, str(locks)) == ["4545"]
 
 
 # A holder with a short program: the index URL lies within the first characters of its
