@@ -7,14 +7,12 @@ play's (or its role's, for a role listed by a play)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from local_play import run_local_play
 
 REPO = Path(__file__).resolve().parents[2]
 NESTED = ("block", "rescue", "always")
@@ -63,17 +61,11 @@ def test_the_driver_preflight_runs_under_any_tags() -> None:
 
 
 def _ansible(tmp_path: Path, tasks: list[dict[str, Any]], *args: str) -> str:
-    """ansible-playbook over the local connection of a play of ``tasks`` on h1, with ``args``
-    (--list-tasks, --tags, --skip-tags): its output, as Ansible itself decides."""
+    """The output of a play of ``tasks`` run over the local connection with ``args``
+    (--list-tasks, --tags, --skip-tags), as Ansible itself decides."""
     book = tmp_path / "book.yml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "h1,", "-c", "local"]
-    proc = subprocess.run(
-        [*argv, *args, str(book)], capture_output=True, text=True, env=env, cwd=REPO, check=False
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    return run_local_play(book, tmp_path, extra=args).stdout
 
 
 @pytest.mark.parametrize(
