@@ -16,7 +16,7 @@ hosts of a group at once, so the gpu_smoke role runs l5_distributed.py separatel
 run_all.py includes it only when asked with --layers ...,L5 (a one-host run, --nnodes 1).
 
 --no-torch REASON (a host without a PyTorch environment) reports the torch layers
-(L3, PERF, L4, L5) skipped with REASON instead of running them.
+(L3, PERF, L4, L5, L6) skipped with REASON instead of running them.
 
 --wait-lock FILE (the torch environment's install lock, which the pytorch role's background
 install holds while it writes the environment; an interrupted site.yml leaves it running)
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-torch",
         default="",
         metavar="REASON",
-        help="this host has no torch: the torch layers (L3, PERF, L4, L5) report skipped "
+        help="this host has no torch: the torch layers (L3, PERF, L4, L5, L6) report skipped "
         "with REASON instead of running",
     )
     parser.add_argument("--layer-timeout", type=float, default=600)
