@@ -29,7 +29,7 @@ help:  ## list targets
 prereqs:  ## install (Debian, root) and start what the lab needs: Docker engine, debootstrap, ...
 	scripts/prereqs.sh lab
 
-prereqs-test:  ## the same for `make test`, plus the linters' system tools (shellcheck)
+prereqs-test:  ## the same for `make test`, plus shellcheck, chromium (the fleet page), iproute2 and util-linux (the fault suite)
 	scripts/prereqs.sh test
 
 # The editable install of gpuprov itself with Python warnings off: setuptools' build backend
@@ -49,7 +49,7 @@ venv: $(BIN)/.stamp  ## create the virtualenv with pinned tooling and the compat
 deps: venv  ## install the Ansible collections in requirements.yml (bundled by `ansible`)
 	$(BIN)/ansible-galaxy collection install -r requirements.yml
 
-lint: deps  ## yamllint, ansible-lint (production), ruff, mypy --strict, shellcheck
+lint: deps  ## yamllint, ansible-lint (production), ruff check and format, mypy --strict, shellcheck, the secret scan
 	$(BIN)/yamllint --strict -c .yamllint .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
@@ -161,7 +161,7 @@ ee: venv  ## the AWX/AAP execution environment's build context (ansible-builder 
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(EE_DIR) .
 	$(BIN)/ansible-builder create --file execution-environment.yml --context $(EE_DIR)/context
 
-bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; no-op on 8 and 4 hosts vs 1)
+bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; no-op on 8 and 4 hosts vs 1, and a one-ping play's)
 	$(BIN)/python scripts/bench_site.py
 
 readme-table: venv  ## regenerate the README support table from compat/data
