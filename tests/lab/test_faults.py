@@ -998,7 +998,7 @@ def test_a_toolkit_someone_else_installed_is_refused_kept_or_replaced(
     NVIDIA's repository at another version (1.17.8-1; the lab mirror's newest is 1.18.0-1), and
     no mark or record of the role's on the host. The role used to change its version or hold it
     as its own without a word. Refused by default; adopt keeps it (not upgraded, not held);
-    replace installs the newest over it and holds it."""
+    replace installs the newest over it and holds it (the lab holds its packages)."""
     host, reports = faulty
     by_hand = " ".join(f"{p}=1.17.8-1" for p in TOOLKIT_PKGS.split())
     _reset_toolkit(lab, host, keep_source=True, keep_lists=True)
@@ -1012,6 +1012,10 @@ def test_a_toolkit_someone_else_installed_is_refused_kept_or_replaced(
     assert first.returncode != 0, first.stdout[-3000:]
     error = _first_error(first.stdout)
     assert "installed by someone else (not by gpuprov): nvidia-container-toolkit 1.17.8-1" in error
+    # What installing ours would do with the lab's settings (no pinned version).
+    assert "Installing ours would upgrade it to the newest version and take it over" in (
+        " ".join(first.stdout.split())
+    ), error
     assert "nvidia_container_toolkit_foreign_toolkit" in first.stdout, error
     assert _recap_changed(first.stdout, host) == 0
     assert _toolkit_version(lab, host) == "1.17.8-1 ii", host
