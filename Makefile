@@ -161,7 +161,7 @@ ee: venv  ## the AWX/AAP execution environment's build context (ansible-builder 
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(EE_DIR) .
 	$(BIN)/ansible-builder create --file execution-environment.yml --context $(EE_DIR)/context
 
-bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; no-op on 8 and 4 hosts vs 1, and a one-ping play's)
+bench-site: deps  ## site.yml speed ratios on a lab of its own (vs a shell script; no-op on 8 and 4 hosts vs 1, and a 5-ping play's)
 	$(BIN)/python scripts/bench_site.py
 
 readme-table: venv  ## regenerate the README support table from compat/data
