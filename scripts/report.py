@@ -111,6 +111,16 @@ def installed_torch(layers: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+def running_driver(layers: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str | None:
+    """The driver version that answered: L1's (the smoke run, after the driver play changed
+    what it would), else the plan's GPU scan's (taken before the driver play ran)."""
+    for v in layers:
+        if v.get("layer") == "L1" and (v.get("details") or {}).get("driver_version"):
+            return str(v["details"]["driver_version"])
+    version = facts.get("driver_version")
+    return str(version) if version else None
+
+
 def upstream_version(debian_version: str) -> str:
     """'470.256.02' from a Debian package version such as '1:470.256.02-1~deb12u1'."""
     return re.sub(r"^\d+:", "", debian_version).rsplit("-", 1)[0]
@@ -201,7 +211,7 @@ def host_row(
         "gpu_count": len(gpus),
         "gpu_list": [{k: g.get(k) for k in keys if g.get(k) is not None} for g in gpus],
         "container": facts.get("virtualization") if facts.get("virtualization") != "none" else None,
-        "driver": installed_driver(facts.get("driver_version"), smoke_driver),
+        "driver": installed_driver(running_driver(layers, facts), smoke_driver),
         "driver_packages": dict((smoke_driver or {}).get("packages") or {}),
         "planned_driver_branch": (plan.get("driver") or {}).get("branch"),
         "planned_torch": planned,
@@ -315,6 +325,20 @@ def inventory_hosts(path: Path) -> list[str]:
         raise ReportError(str(exc)) from exc
 
 
+OUTPUTS = ("fleet.json", "fleet.md", "fleet.html")
+
+
+def remove_outputs(reports: Path, keep: Sequence[str] = ()) -> list[str]:
+    """Remove the fleet.* files an earlier run wrote in ``reports`` (but ``keep``), so that a
+    run that cannot report leaves no older report looking current; the names removed."""
+    removed = []
+    for name in OUTPUTS:
+        if name not in keep and (reports / name).is_file():
+            (reports / name).unlink()
+            removed.append(name)
+    return removed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--reports", type=Path, default=REPO / "reports")
@@ -352,14 +376,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         fleet["history"] = report_history.record(
             args.reports / "history", fleet["hosts"], args.history
         )
-    except NoReportsError as exc:
-        if args.html and args.reports.is_dir():  # never leave an older page looking current
-            page = report_page.render({**empty_fleet(str(exc)), **about})
-            (args.reports / "fleet.html").write_text(page, encoding="utf-8")
-        sys.stderr.write(f"report.py: {exc}\n")
-        return 2
     except ReportError as exc:
         sys.stderr.write(f"report.py: {exc}\n")
+        page = None
+        if isinstance(exc, NoReportsError) and args.html and args.reports.is_dir():
+            page = report_page.render({**empty_fleet(str(exc)), **about})
+            (args.reports / "fleet.html").write_text(page, encoding="utf-8")
+        removed = remove_outputs(args.reports, keep=["fleet.html"] if page else [])
+        if removed:
+            sys.stderr.write(
+                f"report.py: removed {', '.join(removed)} of an earlier run: they do not describe"
+                f" the reports under {args.reports} now\n"
+            )
         return 2
     fleet.update(about)
     (args.reports / "fleet.json").write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")

@@ -30,16 +30,26 @@ class NoReportsError(ReportError):
 def load_dir(path: Path) -> dict[str, dict[str, Any]]:
     """host -> JSON document of every <host>.json in ``path`` (missing dir: empty)."""
     out: dict[str, dict[str, Any]] = {}
+    files: dict[str, Path] = {}
     if not path.is_dir():
         return out
     for f in sorted(path.glob("*.json")):
         try:
             doc = json.loads(f.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ReportError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
         except json.JSONDecodeError as exc:
             raise ReportError(f"{f}: not JSON ({exc})") from exc
         if not isinstance(doc, dict):
             raise ReportError(f"{f}: expected a JSON object")
-        out[str(doc.get("host") or f.stem)] = doc
+        host = str(doc.get("host") or f.stem)
+        if host in files:  # an older run's copy, or a file renamed: which is current is unknown
+            raise ReportError(
+                f"{files[host]} and {f} are both reports of host {host}: remove the one that is"
+                " not current"
+            )
+        files[host] = f
+        out[host] = doc
     return out
 
 

@@ -51,6 +51,8 @@ def cell(row: Mapping[str, Any], layer: str) -> str:
         mark = "exp"
     else:
         mark = SHORT.get(str(v["status"]), str(v["status"])) if v else "-"
+        if v and v.get("category") == "fail" and mark != "FAIL":
+            mark = f"FAIL:{mark}"  # a required layer that did not pass (pass (cpu) not allowed)
     return mark + ("*" if layer in row["required"] else "")
 
 
@@ -76,7 +78,8 @@ def table(fleet: Mapping[str, Any]) -> list[list[str]]:
 
 LEGEND = (
     "pass = passed, cpu = pass (cpu), skip = skipped (never counts as a pass), - = not run, "
-    "exp = did not pass where it cannot (expected: see below); * = required on that host"
+    "exp = did not pass where it cannot (expected: see below); * = required on that host; "
+    "FAIL:cpu, FAIL:skip = a required layer that did not pass"
 )
 
 

@@ -305,3 +305,95 @@ def test_every_layer_the_smoke_run_reports_is_shown_and_required_ones_named(tmp_
     assert set(row["layers"]) == {"L0", "L1", "L3", "L5", "L6"}
     run_all = smoke("run_all")
     assert set(report.LAYERS) == set(run_all.SCRIPTS), "a layer the smoke run emits is not shown"
+
+
+def test_a_run_that_cannot_report_leaves_no_older_report_looking_current(reports, capsys):
+    """A good run, then a report cut short: the fleet.* of the good run would still say what
+    it said (1/2 passed) about inputs that changed since. They are removed, and it says so."""
+    assert report.main(["--reports", str(reports), "--html", "--quiet"]) == 1
+    assert {p.name for p in reports.glob("fleet.*")} == {"fleet.json", "fleet.md", "fleet.html"}
+    (reports / "smoke" / "cpu1.json").write_text('{"host": "cpu1", "layers": [')
+    assert report.main(["--reports", str(reports), "--html"]) == 2
+    err = capsys.readouterr().err
+    assert "cpu1.json: not JSON" in err
+    assert "removed fleet.json, fleet.md, fleet.html of an earlier run" in err
+    assert list(reports.glob("fleet.*")) == []
+
+
+def test_no_reports_leaves_only_the_page_that_says_so(reports, capsys):
+    assert report.main(["--reports", str(reports), "--html", "--quiet"]) == 1
+    for kind in ("plan", "smoke"):
+        for f in (reports / kind).iterdir():
+            f.unlink()
+    assert report.main(["--reports", str(reports), "--html"]) == 2
+    assert "removed fleet.json, fleet.md of an earlier run" in capsys.readouterr().err
+    assert [p.name for p in reports.glob("fleet.*")] == ["fleet.html"]
+    assert "no reports under" in (reports / "fleet.html").read_text()
+
+
+def test_a_report_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "x.json").write_bytes(b'{"host": "\xff"}')
+    with pytest.raises(report.ReportError, match=r"x.json: not UTF-8 text"):
+        report.build(tmp_path)
+
+
+def test_two_reports_of_one_host_are_refused_naming_both(reports):
+    """An older run's copy beside the current report: which one is current is unknown, so
+    neither is taken silently."""
+    old = reports / "smoke" / "cpu1.prev.json"
+    old.write_text(json.dumps({**SMOKE_BAD, "ok": True, "not_passed": []}))
+    with pytest.raises(report.ReportError) as exc:
+        report.build(reports)
+    assert str(exc.value) == (
+        f"{reports / 'smoke' / 'cpu1.json'} and {old} are both reports of host cpu1: remove the"
+        " one that is not current"
+    )
+
+
+def test_the_driver_shown_is_what_the_smoke_run_saw_not_the_plans_earlier_scan(tmp_path):
+    """site.yml plans before the driver play: after an upgrade the plan's scan names the old
+    driver; L1, run after it, the new one."""
+    write(tmp_path, "plan", PLAN)  # its scan: 470.256.02
+    smoke_run = {
+        **SMOKE_OK,
+        "layers": [
+            verdict("L0", "pass"),
+            verdict("L1", "pass", driver_version="470.256.03"),
+            verdict("L5", "pass"),
+        ],
+    }
+    write(tmp_path, "smoke", smoke_run)
+    assert report.build(tmp_path)["hosts"][0]["driver"] == "470.256.03"
+    write(tmp_path, "smoke", {**smoke_run, "layers": [verdict("L0", "pass")]})
+    assert report.build(tmp_path)["hosts"][0]["driver"] == "470.256.02"
+
+
+def test_a_required_layer_that_did_not_pass_reads_as_a_failure_in_fleet_md(tmp_path, capsys):
+    """pass (cpu) without gpu_smoke_allow_cpu, and a skipped required layer: both fail the
+    host (not_passed); the page says FAIL, and so must fleet.md and the printed table."""
+    write(
+        tmp_path,
+        "smoke",
+        {
+            "host": "gpu1",
+            "ok": False,
+            "required": ["L0", "L4", "L5"],
+            "not_passed": [
+                {"layer": "L4", "status": "pass (cpu)", "reason": "on the CPU"},
+                {"layer": "L5", "status": "skipped", "reason": "no peers"},
+            ],
+            "layers": [
+                verdict("L0", "pass"),
+                verdict("L4", "pass (cpu)", "on the CPU"),
+                verdict("L5", "skipped", "no peers"),
+            ],
+        },
+    )
+    assert report.main(["--reports", str(tmp_path)]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("gpu1"))
+    # L0, L1, L2, L3, PERF, L4, L5, L6, ok
+    assert row.split()[-9:] == ["pass*", "-", "-", "-", "-", "FAIL:cpu*", "FAIL:skip*", "-", "NO"]
+    md = (tmp_path / "fleet.md").read_text()
+    assert "| FAIL:cpu* | FAIL:skip* | - | NO |" in md
+    assert "FAIL:cpu, FAIL:skip = a required layer that did not pass" in md
