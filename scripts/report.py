@@ -248,8 +248,9 @@ def _when(text: object) -> dt.datetime | None:
 
 
 def note_stale(rows: Sequence[dict[str, Any]]) -> None:
-    """A note on each host whose verdicts are much older than the fleet's newest: reports are
-    rewritten per run, so an old one is the last run that reached the host."""
+    """A warning on each host whose verdicts are much older than the fleet's newest: reports
+    are rewritten per run, so an old one is the last run that reached the host, and a pass in
+    it says nothing of the host now (the page lists it under "Needs attention")."""
     times = {r["host"]: _when(r["smoke_time"]) for r in rows}
     known = [t for t in times.values() if t is not None]
     if not known:
@@ -259,7 +260,7 @@ def note_stale(rows: Sequence[dict[str, Any]]) -> None:
         t = times[r["host"]]
         if t is not None and newest - t > STALE_AFTER:
             hours = (newest - t).total_seconds() / 3600
-            r["notes"].append(
+            r["warnings"].append(
                 f"{r['host']}: its verdicts are from {r['smoke_time']}, {hours:.1f} h before the "
                 "fleet's newest: the last smoke run did not reach it (unreachable, or --limit)"
             )

@@ -31,7 +31,10 @@ def esc(value: object) -> str:
 
 
 def anchor(host: str) -> str:
-    return "host-" + re.sub(r"[^A-Za-z0-9_-]", "-", host)
+    """The id of a host's section: letters, digits and "-" as they are, every other character
+    as _XX_ (its code point in hex), so that two host names never share an id (gpu.a01 and
+    gpu-a01 did)."""
+    return "host-" + re.sub(r"[^A-Za-z0-9-]", lambda m: f"_{ord(m.group()):x}_", host)
 
 
 def rank(row: Mapping[str, Any]) -> int:

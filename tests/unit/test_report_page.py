@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import report  # scripts/report.py (pythonpath)
 import report_fixtures as fx
+import report_page
 from html_tree import Node, parse
 
 VERDICT_CLASSES = ("v-pass", "v-fail", "v-failopt", "v-expected", "v-skip", "v-none", "v-unknown")
@@ -264,7 +265,9 @@ def test_all_pass(tmp_path, capsys):
     assert "\nexpected: " not in out.out
 
 
-def test_unreachable_hosts_count_as_without_verdicts_and_old_verdicts_are_named(tmp_path, capsys):
+def test_unreachable_hosts_count_as_without_verdicts_and_old_verdicts_are_a_warning(
+    tmp_path, capsys
+):
     rc, _, root, _, out = render("unreachable", tmp_path, capsys)
     assert rc == 1
     assert counts(root) == {"passed": 2, "failed": 0, "no-verdicts": 1, "expected": 0}
@@ -272,12 +275,17 @@ def test_unreachable_hosts_count_as_without_verdicts_and_old_verdicts_are_named(
     assert section(root, "gpu-a02").find("p").words == (
         "Did not pass: no smoke verdicts (playbooks/smoke.yml did not run on it)"
     )
-    stale = section(root, "gpu-a03").find("li", class_="note").words
-    assert stale == (
-        "Note: its verdicts are from 2026-12-01T06:00:00Z, 24.7 h before the fleet's newest: "
+    # A day-old pass says nothing of the host now: a warning, under "Needs attention" too.
+    why = (
+        "its verdicts are from 2026-12-01T06:00:00Z, 24.7 h before the fleet's newest: "
         "the last smoke run did not reach it (unreachable, or --limit)"
     )
-    assert "note: gpu-a03: its verdicts are from 2026-12-01T06:00:00Z" in out.out
+    assert section(root, "gpu-a03").find("li", class_="warn").words == f"Warning: {why}"
+    items = [li.words for li in root.by_id("attention-h").parent.find_all("li")]
+    assert f"WARNING gpu-a03: {why}" in items
+    # It passed then (its result says so) and is among the hosts with problems (rank 2).
+    assert section(root, "gpu-a03").attrs["data-rank"] == "2"
+    assert "WARNING: gpu-a03: its verdicts are from 2026-12-01T06:00:00Z" in out.out
 
 
 def test_empty_reports_still_write_a_page_that_says_so(tmp_path, capsys):
@@ -372,3 +380,11 @@ def test_every_colour_pair_the_css_emits_has_contrast_of_at_least_4_5(mixed):
     for cls in VERDICT_CLASSES:
         assert f".{cls}" in checked, f".{cls} has no colour pair"
     assert len(checked) >= 15
+
+
+def test_host_ids_are_distinct_for_names_that_differ_only_in_punctuation() -> None:
+    names = ["gpu-a01", "gpu.a01", "gpu_a01", "gpu a01", "gpu_2e_a01"]
+    ids = [report_page.anchor(n) for n in names]
+    assert len(set(ids)) == len(names), ids
+    assert ids[0] == "host-gpu-a01"  # an ordinary name keeps its id
+    assert all(re.fullmatch(r"host-[A-Za-z0-9_-]+", i) for i in ids), ids
