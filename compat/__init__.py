@@ -223,7 +223,7 @@ def releases_for_gpu(query: str, channel: str = "pip") -> dict[str, Any]:
         "channel": channel,
         "releases": [
             {"torch": r.version, "python": list(r.python), "variants": [v.name for v in vs]}
-            for r, vs in resolution.releases_for(m, t.cc, channel)
+            for r, vs in resolution.releases_for(m, t, channel)
         ],
     }
 

@@ -231,6 +231,11 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
         if plan["cuda"]:
             branch = drv["branch"]
             line = f"Driver:     >= {drv['min_version']}"
+            if drv["compatibility"] == "minor-version-compatibility":  # its floor applies
+                line = (
+                    f"Driver:     >= {drv['minor_compat_min_version']} through minor-version "
+                    f"compatibility (CUDA {plan['cuda']} itself needs {drv['min_version']})"
+                )
             if drv["given"]:
                 line += f" (given {drv['given']}: {drv['compatibility']})"
             elif branch:

@@ -88,9 +88,9 @@ def _explain_with_matrix(
     ):
         for t in tgts:
             for ch in CHANNELS:
-                last = last_covering(m, t.cc, ch)
+                last = last_covering(m, t, ch)
                 if last is None:
-                    lines.append(f"no official {ch} build carries kernels for {t.label}")
+                    lines.append(f"no official {ch} build runs on {t.label}")
                 else:
                     rel, var = last
                     cmd = install_commands(rel, var)["pip" if ch == "pip" else "conda"]

@@ -11,7 +11,6 @@ from compat.evaluation import CHANNELS, Evaluation, evaluate, parse_host, parse_
 from compat.gpus import Target
 from compat.install import install_data, pypi_install
 from compat.model import (
-    CC,
     CompatError,
     Release,
     Variant,
@@ -151,7 +150,7 @@ def resolve(
         evs = [evaluate(m, release, v, tgts, drv, py, ch) for v in cands]
         best = _best(evs)
         if best is not None:
-            return _plan(m, best, tgts, drv)
+            return _plan(m, best, tgts, drv, evs)
     return _no_plan(m, tgts, drv, py, ch)
 
 
@@ -162,7 +161,35 @@ def _covers_all(variant: Variant, tgts: list[Target], channel: str) -> bool:
     return all(rules.coverage(sass, ptx, t.cc) is not None for t in tgts)
 
 
-def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None) -> dict[str, Any]:
+# Why a build beat the PyPI default, by the first part of Evaluation.rank() that told them apart.
+_RANK_WHY = (
+    "full driver compatibility (the default runs only through minor-version compatibility)",
+    "SASS for every GPU (the default reaches one only through PTX)",
+    "its data is verified (the default rests on unverified rows: {})",
+)
+
+
+def _why_not_default(best: Evaluation, evs: list[Evaluation]) -> str:
+    rel = best.release
+    head = f"{best.variant.name} chosen over the PyPI default {rel.pypi_default}: "
+    default = next((e for e in evs if e.variant.name == rel.pypi_default), None)
+    if default is None:
+        return head + "the default carries no kernel image for every GPU"
+    if not default.ok:
+        return head + f"the default does not run here ({default.failures[0]})"
+    for why, ours, its in zip(_RANK_WHY, best.rank(), default.rank(), strict=False):
+        if ours != its:
+            return head + why.format(", ".join(default.unverified))
+    return head + "a newer CUDA"
+
+
+def _plan(
+    m: Matrix,
+    ev: Evaluation,
+    tgts: list[Target],
+    drv: VersionKey | None,
+    evs: list[Evaluation],
+) -> dict[str, Any]:
     rel, var = ev.release, ev.variant
     container = container_for(m, tgts, drv, ev.branches)
     unverified = list(ev.unverified)
@@ -176,10 +203,7 @@ def _plan(m: Matrix, ev: Evaluation, tgts: list[Target], drv: VersionKey | None)
     reasons = [*_candidates_reason(tgts), newest]
     reasons += ev.reasons
     if tgts and var.name != rel.pypi_default:
-        reasons.append(
-            f"{var.name} chosen over the PyPI default {rel.pypi_default}: "
-            "better driver compatibility or kernel coverage"
-        )
+        reasons.append(_why_not_default(ev, evs))
     if drv is None and ev.branches:
         reasons.append(
             f"driver branches {ev.branches[0]}..{ev.branches[-1]} drive every GPU and run CUDA "
@@ -209,11 +233,10 @@ def _no_plan(
     reasons: list[str] = []
     hints: list[str] = []
     for t in tgts:
-        last = last_covering(m, t.cc, ch)
+        last = last_covering(m, t, ch)
         if last is None:
             reasons.append(
-                f"no official torch {ch} build carries kernels for {t.label} "
-                f"{rules.describe_cc(t.cc)}"
+                f"no official torch {ch} build runs on {t.label} {rules.describe_cc(t.cc)}"
             )
             hints.append(
                 f"build torch from source with TORCH_CUDA_ARCH_LIST={cc_str(t.cc)}, or use a "
@@ -222,7 +245,7 @@ def _no_plan(
             continue
         rel, var = last
         reasons.append(
-            f"the newest official {ch} build with kernels for {t.label} is torch "
+            f"the newest official {ch} build that runs on {t.label} is torch "
             f"{rel.version}+{var.name}"
         )
         if py is not None and py not in rel.python:
@@ -231,7 +254,7 @@ def _no_plan(
                 f"environment with that Python (asked for {py})"
             )
         if ch == "pip":
-            conda_last = last_covering(m, t.cc, "conda")
+            conda_last = last_covering(m, t, "conda")
             if conda_last is not None and conda_last[0].key > rel.key:
                 hints.append(
                     f"the conda build of torch {conda_last[0].version}+{conda_last[1].name} "
@@ -243,7 +266,7 @@ def _no_plan(
             usable = driving_branches(m, [t])
             if usable and not drives(drv[0], t):
                 hints.append(f"use a driver of branch {usable[0]}..{usable[-1]}")
-    if len(tgts) > 1 and not hints:
+    if len(tgts) > 1:  # the per-GPU hints above fit one GPU each, maybe not the others
         hints.append(
             "no single official build covers all these GPUs together: split them across "
             "hosts or containers, or build from source for all of their capabilities"
@@ -278,17 +301,19 @@ def _no_plan(
     }
 
 
-def last_covering(m: Matrix, cc: CC, channel: str) -> tuple[Release, Variant] | None:
-    """The newest release with a build for ``cc`` (driver not considered), and its best variant:
-    the PyPI default when it covers, else the newest CUDA."""
-    for rel, variants in reversed(releases_for(m, cc, channel)):
+def last_covering(m: Matrix, t: Target, channel: str) -> tuple[Release, Variant] | None:
+    """The newest release with a build that runs on ``t`` (releases_for), and its best variant:
+    the PyPI default when it runs, else the newest CUDA."""
+    for rel, variants in reversed(releases_for(m, t, channel)):
         best = max(variants, key=lambda v: (v.name == rel.pypi_default, cmp_key(v.cuda or (0,))))
         return rel, best
     return None
 
 
-def releases_for(m: Matrix, cc: CC, channel: str) -> list[tuple[Release, list[Variant]]]:
-    """Every release with the variants whose build runs on ``cc`` (driver not considered)."""
+def releases_for(m: Matrix, t: Target, channel: str) -> list[tuple[Release, list[Variant]]]:
+    """Every release with the variants whose build runs on ``t`` by the rules `gpu-compat check`
+    applies with no driver or Python given (kernels of the build and of the CUDA libraries it
+    pins, the toolkit's range, a driver branch that drives the GPU and runs the CUDA)."""
     out = []
     for rel in m.releases:
         ok = [
@@ -296,7 +321,7 @@ def releases_for(m: Matrix, cc: CC, channel: str) -> list[tuple[Release, list[Va
             for v in rel.variants
             if v.cuda is not None
             and channel in v.channels
-            and rules.coverage(*v.archs(channel), cc) is not None
+            and evaluate(m, rel, v, [t], None, None, channel).ok
         ]
         if ok:
             out.append((rel, ok))

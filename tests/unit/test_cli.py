@@ -317,3 +317,53 @@ def test_resolve_unknown_python_is_usage_error(capsys: pytest.CaptureFixture[str
     assert out == ""
     assert "unknown Python version '9.9'" in err
     assert "3.12" in err
+
+
+def test_a_driver_floor_under_minor_version_compatibility_is_one_branch_470_meets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """K80: the last branch that drives Kepler is 470, and CUDA 11.8 itself needs 520.61.05;
+    11.x runs on 450.80.02 and newer through minor-version compatibility (NVIDIA's CUDA
+    compatibility guide). The text said ">= 520.61.05; branch 470", which no 470 driver is."""
+    code, out, _ = run(capsys, "resolve", "--gpu", "Tesla K80")
+    assert code == 0
+    driver = next(line for line in out.splitlines() if line.startswith("Driver:"))
+    assert driver.startswith(
+        "Driver:     >= 450.80.02 through minor-version compatibility (CUDA 11.8 itself needs "
+        "520.61.05); branch 470"
+    ), driver
+
+
+def test_a_mixed_host_with_a_driver_is_still_told_to_split(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """K40m (last branch 470) with an A100: the driver hint fits the A100 alone (a 595 driver
+    drives no K40m); the advice that fits the host must not be dropped beside it."""
+    code, out, _ = run(
+        capsys,
+        "resolve",
+        "--gpu",
+        "Tesla K40m",
+        "--gpu",
+        "A100-SXM4-40GB",
+        "--driver",
+        "470.256.02",
+    )
+    assert code == 1
+    assert "no single official build covers all these GPUs together: split them" in out
+
+
+def test_the_reason_a_build_beats_the_pypi_default_is_the_one_that_decided(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """K40m + M40 on torch 1.3.0: cu100 and the default cu101 both carry sm_35 and sm_50 and
+    both run on branch 470; cu100 wins because the cu101 row is unverified. The reason said
+    "better driver compatibility or kernel coverage", neither of which differed."""
+    code, out, _ = run(capsys, "resolve", "--gpu", "Tesla K40m", "--gpu", "Tesla M40")
+    assert code == 0
+    assert (
+        "cu100 chosen over the PyPI default cu101: its data is verified (the default rests on "
+        "unverified rows: torch_*.yaml: 1.3.0 cu101)"
+    ) in out
+    code, out, _ = run(capsys, "resolve", "--gpu", "Tesla K80")
+    assert "cu118 chosen over the PyPI default cu121: the default carries no kernel image" in out

@@ -285,3 +285,43 @@ def test_unpublished_row_check_fails_on_the_old_2_15_cu126(real: Matrix) -> None
     assert unpublished_rows(with_old_row, _removals()) == ["2.15.0+cu126"]
     stale = [rm | {"last": "2.14.0"} if rm["variant"] == "cu126" else rm for rm in _removals()]
     assert unpublished_rows(releases, stale) == ["removal of cu126: last is 2.14.1, not 2.14.0"]
+
+
+# The lists of builds for one GPU (`gpu-compat matrix --gpu`, explain's and resolve's "newest
+# official build") apply the rules `check` applies, not the kernels of torch alone: they named
+# builds that `check` refuses (the 2026-12-07 review).
+@pytest.mark.parametrize(
+    ("gpu", "channel", "first", "last"),
+    [
+        # CUDA 11.0 is the first toolkit for sm_80 (torch 1.7.0+cu110); 1.0-1.5 carried it as
+        # PTX of CUDA 10.x only, whose cuBLAS and cuDNN have no code for it.
+        ("A100-SXM4-40GB", "pip", "1.7.0", None),
+        # cuDNN 9 of the cu118 builds from 2.4.0 has no sm_37: 2.3.1 is the last pip build.
+        ("Tesla K80", "pip", None, "2.3.1"),
+    ],
+)
+def test_the_builds_listed_for_a_gpu_are_those_check_accepts(
+    gpu: str, channel: str, first: str | None, last: str | None
+) -> None:
+    listed = compat.releases_for_gpu(gpu, channel)["releases"]
+    versions = [r["torch"] for r in listed]
+    assert versions, gpu
+    if first is not None:
+        assert min(versions, key=version_key) == first
+    if last is not None:
+        assert max(versions, key=version_key) == last
+    for row in listed:
+        for variant in row["variants"]:
+            verdict = compat.check([gpu], f"{row['torch']}+{variant}", channel=channel)
+            assert verdict["compatible"] is True, (row["torch"], variant, verdict["reasons"])
+
+
+def test_no_plan_for_k80_on_python_3_13_names_the_python_of_its_last_build() -> None:
+    """The reason used to name 2.7.1+cu118 as K80's newest build (a build check refuses, and
+    one that has Python 3.13), which left the user nothing to fix."""
+    plan = compat.resolve(["Tesla K80"], python="3.13")
+    assert plan["ok"] is False
+    assert plan["reasons"][0] == (
+        "the newest official pip build that runs on Tesla K80 is torch 2.3.1+cu118"
+    )
+    assert any("torch 2.3.1 needs Python 3.8, 3.9, 3.10, 3.11, 3.12" in n for n in plan["notes"])
