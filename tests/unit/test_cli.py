@@ -189,6 +189,21 @@ def test_explain_k40m_warning(capsys: pytest.CaptureFixture[str]) -> None:
     assert "branch 470 or older" in text
 
 
+def test_explain_knows_the_capability_warning_by_its_first_sentence_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A log cut after the first sentence (or one line of it pasted) is the same warning; it was
+    "not a known error message" without the second sentence listing the build's archs."""
+    warning = (
+        "NVIDIA GeForce RTX 4090 with CUDA capability sm_89 is not compatible with the current "
+        "PyTorch installation."
+    )
+    code, ans = run_json(capsys, "explain", warning)
+    assert code == 0
+    assert ans["id"] == "capability-not-compatible"
+    assert ans["parsed"]["capability"] == "sm_89"
+
+
 @pytest.mark.parametrize(
     ("message", "error_id"),
     [
