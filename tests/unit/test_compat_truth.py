@@ -325,3 +325,27 @@ def test_no_plan_for_k80_on_python_3_13_names_the_python_of_its_last_build() -> 
         "the newest official pip build that runs on Tesla K80 is torch 2.3.1+cu118"
     )
     assert any("torch 2.3.1 needs Python 3.8, 3.9, 3.10, 3.11, 3.12" in n for n in plan["notes"])
+
+
+# First driver branch of each board, read from NVIDIA/open-gpu-kernel-modules' README at every
+# release tag (2026-12-07): L4 first in 525.105.17; L40S and H100 NVL first in 535.104.05, in
+# no 525 release through 525.147.05; RTX PRO 6000 Blackwell Server Edition first in 575.57.08,
+# in no 570 release through 570.211.01. The rows had no floor: R520 "drove" them.
+@pytest.mark.parametrize(
+    ("gpu", "too_old", "first"),
+    [
+        ("L4", "520.61.05", "525.105.17"),
+        ("L40S", "525.147.05", "535.104.05"),
+        ("H100 NVL", "525.147.05", "535.104.05"),
+        ("RTX PRO 6000 Blackwell Server Edition", "570.211.01", "575.57.08"),
+    ],
+)
+def test_a_board_newer_than_its_architecture_needs_its_first_branch(
+    gpu: str, too_old: str, first: str
+) -> None:
+    older = compat.check([gpu], "2.7.1+cu128", driver=too_old)
+    branch = too_old.split(".")[0]
+    assert older["compatible"] is False
+    assert any(f"driver branch {branch} does not drive" in r for r in older["reasons"]), older
+    newer = compat.check([gpu], "2.7.1+cu128", driver=first)
+    assert not any("does not drive" in r for r in newer["reasons"]), newer
