@@ -70,6 +70,10 @@ def lookup(m: Matrix, query: str, every: bool = False) -> list[GPU]:
     partial = [
         g for g, name, aliases in names if any(all(w in n for w in words) for n in (name, *aliases))
     ]
+    if not (exact or alias or partial):  # "RTX3090", "GTX 1080Ti": the name without its spaces
+        flat = q.replace(" ", "")
+        exact = [g for g, n, a in names if flat in (x.replace(" ", "") for x in (n, *a))]
+        partial = [g for g, n, a in names if any(flat in x.replace(" ", "") for x in (n, *a))]
     if every:
         return list(dict.fromkeys([*exact, *alias, *partial]))
     return exact or list(dict.fromkeys([*alias, *partial]))

@@ -43,6 +43,18 @@ def test_lookup_forms(capsys: pytest.CaptureFixture[str], query: str) -> None:
     assert data["gpus"][0]["last_driver_branch"] == 470
 
 
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [("RTX3090", "GeForce RTX 3090"), ("GTX 1080Ti", "GeForce GTX 1080 Ti")],
+)
+def test_a_name_typed_without_its_spaces_is_found(
+    capsys: pytest.CaptureFixture[str], query: str, name: str
+) -> None:
+    code, data = run_json(capsys, "resolve", "--gpu", query)
+    assert code == 0
+    assert [g["name"] for g in data["gpus"]] == [name]
+
+
 def test_lookup_by_capability_lists_every_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     code, data = run_json(capsys, "lookup", "sm_35")
     assert code == 0
