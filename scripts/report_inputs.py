@@ -27,6 +27,29 @@ class NoReportsError(ReportError):
     """No plan or smoke report of any current host (exit 2; the page says so)."""
 
 
+# The lists the reports hold (smoke layers and not_passed, storage profiles, serving endpoints):
+# each a list of objects where it is there at all.
+LISTS = ("layers", "not_passed", "profiles", "endpoints")
+
+
+def check_shape(path: Path, doc: dict[str, Any]) -> None:
+    """Refuse, naming the file, a report whose lists are not lists of objects or whose latency
+    is not a number: a report edited by hand, or another tool's, not what gpuprov's roles write."""
+    for key in LISTS:
+        items = doc.get(key)
+        if items is not None and not (
+            isinstance(items, list) and all(isinstance(i, dict) for i in items)
+        ):
+            raise ReportError(f"{path}: {key} must be a list of JSON objects")
+    for e in doc.get("endpoints") or []:
+        latency = e.get("latency") or {}
+        if not isinstance(latency, dict):
+            raise ReportError(f"{path}: latency must be a JSON object, not {latency!r}")
+        median = latency.get("median_ms")
+        if median is not None and (isinstance(median, bool) or not isinstance(median, int | float)):
+            raise ReportError(f"{path}: latency.median_ms must be a number, not {median!r}")
+
+
 def load_dir(path: Path) -> dict[str, dict[str, Any]]:
     """host -> JSON document of every <host>.json in ``path`` (missing dir: empty)."""
     out: dict[str, dict[str, Any]] = {}
@@ -42,6 +65,7 @@ def load_dir(path: Path) -> dict[str, dict[str, Any]]:
             raise ReportError(f"{f}: not JSON ({exc})") from exc
         if not isinstance(doc, dict):
             raise ReportError(f"{f}: expected a JSON object")
+        check_shape(f, doc)
         host = str(doc.get("host") or f.stem)
         if host in files:  # an older run's copy, or a file renamed: which is current is unknown
             raise ReportError(
@@ -73,7 +97,9 @@ def environment_rows(reports: Path, hosts: Sequence[str]) -> list[dict[str, Any]
                 "cuda_available": nb.get("cuda_available"),
                 "storage": {str(p.get("profile")): str(p.get("verdict")) for p in profiles},
                 "storage_reasons": [
-                    str(p["reason"]) for p in profiles if p.get("verdict") != "pass"
+                    str(p.get("reason") or "no reason given")
+                    for p in profiles
+                    if p.get("verdict") != "pass"
                 ],
             }
         )

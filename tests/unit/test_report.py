@@ -397,3 +397,33 @@ def test_a_required_layer_that_did_not_pass_reads_as_a_failure_in_fleet_md(tmp_p
     md = (tmp_path / "fleet.md").read_text()
     assert "| FAIL:cpu* | FAIL:skip* | - | NO |" in md
     assert "FAIL:cpu, FAIL:skip = a required layer that did not pass" in md
+
+
+@pytest.mark.parametrize(
+    ("kind", "doc", "message"),
+    [
+        ("smoke", {"host": "h1", "layers": [None]}, "layers must be a list of JSON objects"),
+        ("smoke", {"host": "h1", "layers": "L0 pass"}, "layers must be a list of JSON objects"),
+        (
+            "serving",
+            {"host": "h1", "endpoints": [{"latency": {"median_ms": "3.2"}}]},
+            "latency.median_ms must be a number, not '3.2'",
+        ),
+    ],
+    ids=["null-layer", "string-layers", "string-latency"],
+)
+def test_a_report_of_another_shape_is_named_not_a_traceback(
+    reports, capsys, kind: str, doc: dict, message: str
+) -> None:
+    """Exit 1 means "a host failed": a report edited by hand must not end in a traceback
+    (exit 1) but in exit 2, naming the file and what is wrong."""
+    write(reports, kind, doc)
+    assert report.main(["--reports", str(reports)]) == 2
+    assert f"{reports / kind / 'h1.json'}: {message}" in capsys.readouterr().err
+
+
+def test_a_failed_storage_profile_without_a_reason_is_shown(tmp_path) -> None:
+    write(tmp_path, "smoke", SMOKE_OK)
+    write(tmp_path, "storage", {"host": "gpu1", "profiles": [{"profile": "s3", "verdict": "fail"}]})
+    rows = report.environment_rows(tmp_path, ["gpu1"])
+    assert rows[0]["storage_reasons"] == ["no reason given"]
