@@ -286,6 +286,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return OK if ans["recognised"] else NO
 
 
+def _support_tail(d: dict[str, Any]) -> list[str]:
+    return [d["driver_branches"], d["newest_cuda"] or "-", d["pip"], d["conda"]]
+
+
 def _cmd_matrix(args: argparse.Namespace) -> int:
     if args.gpu:
         data: Any = compat.releases_for_gpu(args.gpu, args.channel)
@@ -306,15 +310,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
             "Newest torch (conda)",
         ]
         rows = [
-            [
-                d["compute_capability"],
-                d["architecture"],
-                ", ".join(d["gpus"]),
-                d["driver_branches"],
-                d["newest_cuda"] or "-",
-                d["pip"],
-                d["conda"],
-            ]
+            [d["compute_capability"], d["architecture"], ", ".join(d["gpus"]), *_support_tail(d)]
             for d in data
         ]
     if args.json:
@@ -324,9 +320,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         print("|" + "---|" * len(header))
         for r in rows:
             print("| " + " | ".join(str(c) for c in r) + " |")
-    else:
+    elif rows:
         print("\n".join(_table(header, rows)))
-    return OK
+    else:  # a capability no GPU of the data has, or a GPU no official build runs on
+        print(f"no official {args.channel} build runs on {args.gpu}")
+    return OK if rows else NO
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

@@ -275,6 +275,18 @@ def test_matrix_markdown_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("gpu", "channel"), [("3.0", "pip"), ("RTX 5090", "conda")], ids=["no-gpu-has-it", "no-build"]
+)
+def test_matrix_for_a_gpu_no_build_runs_on_says_so_and_exits_1(
+    capsys: pytest.CaptureFixture[str], gpu: str, channel: str
+) -> None:
+    """An empty table with exit 0 read as "nothing wrong"."""
+    code, out, _ = run(capsys, "matrix", "--gpu", gpu, "--channel", channel)
+    assert code == 1
+    assert out == f"no official {channel} build runs on {gpu}\n"
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["lookup", ""], "empty GPU query"),
