@@ -263,9 +263,14 @@ def _no_plan(
         if drv is not None:
             ev = evaluate(m, rel, var, [t], drv, None, ch)
             hints.extend(r for r in ev.failures if r.startswith(("driver", "CUDA")))
-            usable = driving_branches(m, [t])
-            if usable and not drives(drv[0], t):
-                hints.append(f"use a driver of branch {usable[0]}..{usable[-1]}")
+            # The branches (of the data's table) that drive the GPU and run that build's CUDA;
+            # the failure above names the architecture's whole range, older branches too.
+            runs = evaluate(m, rel, var, [t], None, None, ch).branches
+            if runs and not drives(drv[0], t):
+                hints.append(
+                    f"use a driver of branch {runs[0]}..{runs[-1]}: they drive {t.label} and run "
+                    f"CUDA {var.cuda_text} of torch {rel.version}+{var.name}"
+                )
     if len(tgts) > 1:  # the per-GPU hints above fit one GPU each, maybe not the others
         hints.append(
             "no single official build covers all these GPUs together: split them across "

@@ -406,3 +406,17 @@ def test_the_reason_a_build_beats_the_pypi_default_is_the_one_that_decided(
     ) in out
     code, out, _ = run(capsys, "resolve", "--gpu", "Tesla K80")
     assert "cu118 chosen over the PyPI default cu121: the default carries no kernel image" in out
+
+
+def test_the_driver_hint_names_branches_that_drive_the_gpu_and_run_the_build(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """K40m with a 535 driver: the newest build for it, 1.3.0+cu101, needs CUDA 10.1's driver
+    (>= 418.39) on a branch that drives Kepler (<= 470). The hint said "branch 384..470", the
+    branch table's range, beside "allowed are branches 295 to 470"; 384 runs no CUDA 10.1."""
+    code, out, _ = run(capsys, "resolve", "--gpu", "Tesla K40m", "--driver", "535.216.01")
+    assert code == 1
+    assert (
+        "use a driver of branch 418..470: they drive Tesla K40m and run CUDA 10.1 of torch "
+        "1.3.0+cu101"
+    ) in out
