@@ -271,7 +271,12 @@ def _no_plan(
                     f"use a driver of branch {runs[0]}..{runs[-1]}: they drive {t.label} and run "
                     f"CUDA {var.cuda_text} of torch {rel.version}+{var.name}"
                 )
-    if len(tgts) > 1:  # the per-GPU hints above fit one GPU each, maybe not the others
+    if len(tgts) > 1 and not any(  # no build runs on them all, whatever the driver or Python
+        evaluate(m, rel, var, tgts, None, None, ch).ok
+        for rel in m.releases
+        for var in _variants_for(rel, tgts)
+        if _covers_all(var, tgts, ch)
+    ):
         hints.append(
             "no single official build covers all these GPUs together: split them across "
             "hosts or containers, or build from source for all of their capabilities"

@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             provision[what] = (t_ansible, t_shell, time_by_kind(doc))
         # (c) converge the others, then no-op re-runs on 1, 4 and 8 hosts, interleaved.
         lab.playbooks(STACK, list(ANSIBLE_HOSTS[1:]))
-        # (d) the floor: one ping per host, in the same rounds.
+        # (d) the floor: five pings per host (bench_floor.yml), in the same rounds.
         noop: dict[int, Run] = {}
         floor: dict[int, Run] = {}
         for _ in range(2):

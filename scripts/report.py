@@ -282,8 +282,8 @@ def empty_fleet(message: str) -> dict[str, Any]:
 
 def build(reports: Path, hosts: Sequence[str] | None = None) -> dict[str, Any]:
     """The fleet document. `hosts`: the current inventory's hosts (None: every report)."""
-    plans = load_dir(reports / "plan")
-    smokes = load_dir(reports / "smoke")
+    plans = load_dir(reports / "plan", hosts)
+    smokes = load_dir(reports / "smoke", hosts)
     found = set(plans) | set(smokes)
     current = sorted(found) if hosts is None else sorted(hosts)
     ignored = sorted(found - set(current))
@@ -369,8 +369,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "inventory": str(args.inventory) if args.inventory else None,
         "version": __version__,
     }
-    try:
+    try:  # an --inventory that cannot be read says nothing of the reports: they stay
         hosts = inventory_hosts(args.inventory) if args.inventory else None
+    except ReportError as exc:
+        sys.stderr.write(f"report.py: {exc}\n")
+        return 2
+    try:
         fleet = build(args.reports, hosts)
         fleet["serving"] = serving_rows(args.reports / "serving", hosts)
         fleet["monitoring"] = monitoring_targets(args.reports, hosts)

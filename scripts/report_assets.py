@@ -103,7 +103,7 @@ SCRIPT = """
   var shown = document.getElementById("shown");
   var groups = [
     [document.querySelector("#overview tbody"), "tr[data-host]"],
-    [document.getElementById("host-list"), "article[data-host]"]
+    [document.getElementById("hostlist"), "article[data-host]"]
   ];
   function key(el) {
     return sort.value === "name" ? 0 : Number(el.getAttribute("data-rank"));

@@ -10,7 +10,7 @@ and none could pass through here). Used by scripts/report.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,10 @@ def check_shape(path: Path, doc: dict[str, Any]) -> None:
             raise ReportError(f"{path}: latency.median_ms must be a number, not {median!r}")
 
 
-def load_dir(path: Path) -> dict[str, dict[str, Any]]:
-    """host -> JSON document of every <host>.json in ``path`` (missing dir: empty)."""
+def load_dir(path: Path, hosts: Collection[str] | None = None) -> dict[str, dict[str, Any]]:
+    """host -> JSON document of every <host>.json in ``path`` (missing dir: empty). With
+    ``hosts`` (the inventory's), the reports of other hosts are kept unchecked: the report
+    ignores them, so their shape, or a second copy, refuses nothing."""
     out: dict[str, dict[str, Any]] = {}
     files: dict[str, Path] = {}
     if not path.is_dir():
@@ -65,8 +67,11 @@ def load_dir(path: Path) -> dict[str, dict[str, Any]]:
             raise ReportError(f"{f}: not JSON ({exc})") from exc
         if not isinstance(doc, dict):
             raise ReportError(f"{f}: expected a JSON object")
-        check_shape(f, doc)
         host = str(doc.get("host") or f.stem)
+        if hosts is not None and host not in hosts:
+            out.setdefault(host, doc)
+            continue
+        check_shape(f, doc)
         if host in files:  # an older run's copy, or a file renamed: which is current is unknown
             raise ReportError(
                 f"{files[host]} and {f} are both reports of host {host}: remove the one that is"
@@ -80,7 +85,8 @@ def load_dir(path: Path) -> dict[str, dict[str, Any]]:
 def environment_rows(reports: Path, hosts: Sequence[str]) -> list[dict[str, Any]]:
     """Per host of `hosts`: the notebook URL to tunnel to, the kernel's torch/CUDA, each
     storage verdict."""
-    notebooks, storages = load_dir(reports / "jupyterlab"), load_dir(reports / "storage")
+    notebooks = load_dir(reports / "jupyterlab", hosts)
+    storages = load_dir(reports / "storage", hosts)
     rows = []
     for host in sorted((set(notebooks) | set(storages)) & set(hosts)):
         nb = notebooks.get(host) or {}
@@ -110,7 +116,7 @@ def serving_rows(directory: Path, hosts: Sequence[str] | None = None) -> list[di
     """One row per host and endpoint of <DIR>/serving/<host>.json (roles/model_serving): the
     host's L6 export verdict, health, inference, latency (`hosts`: only these)."""
     rows: list[dict[str, Any]] = []
-    for host, doc in sorted(load_dir(directory).items()):
+    for host, doc in sorted(load_dir(directory, hosts).items()):
         if hosts is not None and host not in hosts:
             continue
         export = str((doc.get("export") or {}).get("status") or "not run")

@@ -397,7 +397,7 @@ def render(fleet: Mapping[str, Any]) -> str:
             overview(fleet),
             "</section>",
             expected_section(fleet),
-            '<section aria-labelledby="hosts-h"><h2 id="hosts-h">Hosts</h2><div id="host-list">',
+            '<section aria-labelledby="hosts-h"><h2 id="hosts-h">Hosts</h2><div id="hostlist">',
             *(host_section(r, fleet) for r in ordered(fleet["hosts"])),
             "</div></section>",
         ]

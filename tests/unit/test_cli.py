@@ -392,6 +392,24 @@ def test_a_mixed_host_with_a_driver_is_still_told_to_split(
     assert "no single official build covers all these GPUs together: split them" in out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpu", "A100-SXM4-40GB", "--gpu", "A100-SXM4-40GB", "--driver", "390.157"],
+        ["--gpu", "Tesla K80", "--gpu", "Tesla K80", "--python", "3.13"],
+        ["--gpu", "A100-SXM4-40GB", "--gpu", "A10", "--driver", "390.157"],
+    ],
+    ids=["8xA100-old-driver", "K80-board-python", "A100+A10-old-driver"],
+)
+def test_a_host_one_build_covers_is_not_told_to_split(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Only the driver or the Python stands in the way: splitting the GPUs fixes nothing."""
+    code, out, _ = run(capsys, "resolve", *argv)
+    assert code == 1
+    assert "split them" not in out
+
+
 def test_the_reason_a_build_beats_the_pypi_default_is_the_one_that_decided(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -349,3 +349,13 @@ def test_a_board_newer_than_its_architecture_needs_its_first_branch(
     assert any(f"driver branch {branch} does not drive" in r for r in older["reasons"]), older
     newer = compat.check([gpu], "2.7.1+cu128", driver=first)
     assert not any("does not drive" in r for r in newer["reasons"]), newer
+
+
+def test_rtx_pro_6000_alone_is_ambiguous_now_that_the_server_edition_needs_r575() -> None:
+    """The Workstation Edition's alias also matches the Server Edition by its words; with the
+    Server Edition's own floor the rules tell them apart, so the short name must not pick one
+    (R570 would be allowed on a Server Edition)."""
+    with pytest.raises(compat.CompatError) as exc:
+        compat.resolve(["RTX PRO 6000"])
+    assert "RTX PRO 6000 Blackwell Server Edition (12.0, branches 575+)" in str(exc.value)
+    assert "give one of these names" in str(exc.value)

@@ -427,3 +427,33 @@ def test_a_failed_storage_profile_without_a_reason_is_shown(tmp_path) -> None:
     write(tmp_path, "storage", {"host": "gpu1", "profiles": [{"profile": "s3", "verdict": "fail"}]})
     rows = report.environment_rows(tmp_path, ["gpu1"])
     assert rows[0]["storage_reasons"] == ["no reason given"]
+
+
+def inventory_of(tmp_path: Path, *hosts: str) -> Path:
+    inventory = tmp_path / "hosts.yml"
+    lines = ["all:", "  hosts:", *(f"    {h}:" for h in hosts)]
+    inventory.write_text("\n".join(lines) + "\n")
+    return inventory
+
+
+def test_reports_of_hosts_outside_the_inventory_refuse_nothing(tmp_path, capsys):
+    """--inventory ignores other hosts: two copies of an old host's report, or one of another
+    shape, neither stop the report of the inventory's hosts nor remove it."""
+    write(tmp_path, "smoke", SMOKE_OK)
+    write(tmp_path, "smoke", {"host": "old", "layers": "not a list"})
+    (tmp_path / "smoke" / "old.bak.json").write_text(json.dumps({"host": "old"}))
+    inventory = inventory_of(tmp_path, "gpu1")
+    assert report.main(["--reports", str(tmp_path), "--inventory", str(inventory)]) == 0
+    assert "ignored: reports of 1 host(s) not in the inventory (old)" in capsys.readouterr().out
+    assert (tmp_path / "fleet.json").is_file()
+
+
+def test_an_inventory_that_cannot_be_read_keeps_the_last_report(reports, capsys):
+    """A mistyped --inventory says nothing of the reports: the last report stays."""
+    assert report.main(["--reports", str(reports), "--quiet"]) == 1
+    missing = reports / "hosts.ym"
+    assert report.main(["--reports", str(reports), "--inventory", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "removed" not in err
+    assert {p.name for p in reports.glob("fleet.*")} == {"fleet.json", "fleet.md"}

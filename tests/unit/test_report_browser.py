@@ -99,7 +99,7 @@ def test_the_filter_and_order_from_the_url_apply(page, tmp_path, query, rows):
     root = parse(proc.stdout)
     assert root.find("html").attrs.get("data-js") == "ready"
     assert visible_rows(root) == rows
-    articles = root.by_id("host-list").find_all("article")
+    articles = root.by_id("hostlist").find_all("article")
     assert [a.attrs["data-host"] for a in articles if "hidden" not in a.attrs] == rows
 
 

@@ -131,7 +131,7 @@ def test_mixed_attention_names_every_problem_with_why(mixed):
 
 def test_mixed_host_sections_hold_each_layer_with_reason_and_hint(mixed):
     root = mixed[2]
-    order = [a.attrs["data-host"] for a in root.by_id("host-list").find_all("article")]
+    order = [a.attrs["data-host"] for a in root.by_id("hostlist").find_all("article")]
     assert order == ["lab-mixed", "gpu-a100", "lab-cpu", "lab-k40m", "lab-m40"]
     mixed_host = section(root, "lab-mixed")
     assert mixed_host.find("h3").words == "lab-mixed FAILED"
@@ -388,3 +388,16 @@ def test_host_ids_are_distinct_for_names_that_differ_only_in_punctuation() -> No
     assert len(set(ids)) == len(names), ids
     assert ids[0] == "host-gpu-a01"  # an ordinary name keeps its id
     assert all(re.fullmatch(r"host-[A-Za-z0-9_-]+", i) for i in ids), ids
+
+
+def test_no_id_on_the_page_is_shared_whatever_the_hosts_are_called(tmp_path, capsys) -> None:
+    """A host called "list" had the id of the hosts' container (host-list)."""
+    for host in ("list", "gpu.a01", "gpu-a01"):
+        (tmp_path / "smoke").mkdir(exist_ok=True)
+        doc = {"host": host, "ok": True, "required": [], "not_passed": [], "layers": []}
+        (tmp_path / "smoke" / f"{host}.json").write_text(json.dumps(doc))
+    report.main(["--reports", str(tmp_path), "--html", "--quiet"])
+    page = (tmp_path / "fleet.html").read_text()
+    ids = re.findall(r'\sid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert 'id="host-list"' in page  # the host's own section
