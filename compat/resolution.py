@@ -161,6 +161,12 @@ def _covers_all(variant: Variant, tgts: list[Target], channel: str) -> bool:
     return all(rules.coverage(sass, ptx, t.cc) is not None for t in tgts)
 
 
+def _runs_on_all(m: Matrix, rel: Release, var: Variant, tgts: list[Target], channel: str) -> bool:
+    """Whether the build runs on every GPU by the rules `check` applies with no driver or Python
+    given; the cheap kernel check first."""
+    return _covers_all(var, tgts, channel) and evaluate(m, rel, var, tgts, None, None, channel).ok
+
+
 # Why a build beat the PyPI default, by the first part of Evaluation.rank() that told them apart.
 _RANK_WHY = (
     "full driver compatibility (the default runs only through minor-version compatibility)",
@@ -272,10 +278,9 @@ def _no_plan(
                     f"CUDA {var.cuda_text} of torch {rel.version}+{var.name}"
                 )
     if len(tgts) > 1 and not any(  # no build runs on them all, whatever the driver or Python
-        evaluate(m, rel, var, tgts, None, None, ch).ok
+        _runs_on_all(m, rel, var, tgts, ch)
         for rel in m.releases
         for var in _variants_for(rel, tgts)
-        if _covers_all(var, tgts, ch)
     ):
         hints.append(
             "no single official build covers all these GPUs together: split them across "
@@ -326,13 +331,7 @@ def releases_for(m: Matrix, t: Target, channel: str) -> list[tuple[Release, list
     pins, the toolkit's range, a driver branch that drives the GPU and runs the CUDA)."""
     out = []
     for rel in m.releases:
-        ok = [
-            v
-            for v in rel.variants
-            if v.cuda is not None
-            and channel in v.channels
-            and evaluate(m, rel, v, [t], None, None, channel).ok
-        ]
+        ok = [v for v in _variants_for(rel, [t]) if _runs_on_all(m, rel, v, [t], channel)]
         if ok:
             out.append((rel, ok))
     return out

@@ -102,22 +102,24 @@ def gpu_summary(gpus: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f"{n}x {name}" for name, n in counts.items()) or "-"
 
 
+def layer_detail(layers: Sequence[Mapping[str, Any]], names: Sequence[str], key: str) -> str | None:
+    """``details[key]`` of the first of the layers ``names`` (in that order) that reported it."""
+    for name in names:
+        for v in layers:
+            if v.get("layer") == name and (v.get("details") or {}).get(key):
+                return str(v["details"][key])
+    return None
+
+
 def installed_torch(layers: Sequence[Mapping[str, Any]]) -> str | None:
     """The torch version the smoke layers saw on the host (L3, L4 or L5 details)."""
-    for layer in ("L3", "L4", "L5"):
-        for v in layers:
-            if v.get("layer") == layer and (v.get("details") or {}).get("torch"):
-                return str(v["details"]["torch"])
-    return None
+    return layer_detail(layers, ("L3", "L4", "L5"), "torch")
 
 
 def running_driver(layers: Sequence[Mapping[str, Any]], facts: Mapping[str, Any]) -> str | None:
     """The driver version that answered: L1's (the smoke run, after the driver play changed
     what it would), else the plan's GPU scan's (taken before the driver play ran)."""
-    for v in layers:
-        if v.get("layer") == "L1" and (v.get("details") or {}).get("driver_version"):
-            return str(v["details"]["driver_version"])
-    version = facts.get("driver_version")
+    version = layer_detail(layers, ("L1",), "driver_version") or facts.get("driver_version")
     return str(version) if version else None
 
 
